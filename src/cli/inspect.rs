@@ -1,0 +1,239 @@
+//! `cleave inspect <component> [--json] [--quick] [--keys]`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use cleave::sstable::table::{CheckLevel, CheckProgress, CheckReport};
+use cleave::sstable::{hex, Component, SSTable};
+use serde::Serialize;
+
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    /// Any component file of the SSTable (Data.db, Index.db, TOC.txt, ...).
+    pub path: PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Check metadata and Index.db only; skip reading Data.db (chunk CRCs, keys, digest).
+    #[arg(long)]
+    pub quick: bool,
+    /// Also list every partition key with its token and Data.db position (JSON only).
+    #[arg(long, requires = "json")]
+    pub keys: bool,
+}
+
+#[derive(Serialize)]
+struct ComponentInfo {
+    name: String,
+    bytes: u64,
+    in_toc: Option<bool>,
+}
+
+#[derive(Serialize)]
+struct KeyInfo {
+    key: String,
+    token: String,
+    position: u64,
+}
+
+#[derive(Serialize)]
+struct Inspection {
+    path: PathBuf,
+    version: String,
+    format: &'static str,
+    generation: String,
+    partitioner: String,
+    compressed: bool,
+    compressor: Option<String>,
+    chunk_length: Option<u32>,
+    chunk_count: Option<usize>,
+    max_compressed_length: Option<u32>,
+    data_length: u64,
+    data_file_bytes: u64,
+    partitions: u64,
+    first_token: Option<String>,
+    last_token: Option<String>,
+    first_key: String,
+    last_key: String,
+    keys_xor: String,
+    keys_sum: String,
+    repaired_at: Option<i64>,
+    pending_repair: Option<String>,
+    is_transient: Option<bool>,
+    sstable_level: Option<i32>,
+    bloom_filter_fp_chance: Option<f64>,
+    components: Vec<ComponentInfo>,
+    missing_from_disk: Vec<String>,
+    check: &'static str,
+    chunks_checked: u64,
+    digest_checked: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    keys: Option<Vec<KeyInfo>>,
+}
+
+fn uuid(b: &[u8; 16]) -> String {
+    let h = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+pub fn run(a: InspectArgs) -> Result<ExitCode> {
+    let t = SSTable::open(&a.path)?;
+    let level = if a.quick {
+        CheckLevel::Index
+    } else {
+        CheckLevel::Full
+    };
+    let total =
+        t.size_of(&Component::Index).unwrap_or(0) + if a.quick { 0 } else { 2 * t.data_file_size };
+    let bar = super::progress::bytes_bar(total, "checking");
+    let report: CheckReport = t.check(level, &mut |p| match p {
+        CheckProgress::IndexBytes(n) | CheckProgress::DataBytes(n) => bar.inc(n),
+    })?;
+    bar.finish_and_clear();
+    let keys = if a.keys {
+        let mut r = t.index_reader()?;
+        let mut v = Vec::new();
+        while let Some(e) = r.next_entry()? {
+            v.push(KeyInfo {
+                key: hex::encode(e.key),
+                token: t.partitioner.token(e.key).to_string(),
+                position: e.position,
+            });
+        }
+        Some(v)
+    } else {
+        None
+    };
+    let stats = t.statistics.stats.as_ref();
+    let mut missing = Vec::new();
+    if let Some(toc) = &t.toc {
+        for c in &toc.components {
+            if !t.has(c) {
+                missing.push(c.file_name().to_string());
+            }
+        }
+    }
+    let ci = t.compression.as_ref();
+    let out = Inspection {
+        path: a.path.clone(),
+        version: t.descriptor.version.to_string(),
+        format: t.descriptor.format.as_str(),
+        generation: t.descriptor.id.to_string(),
+        partitioner: t.partitioner.class_name().to_string(),
+        compressed: ci.is_some(),
+        compressor: ci.map(|c| c.compressor.clone()),
+        chunk_length: ci.map(|c| c.chunk_length),
+        chunk_count: ci.map(|c| c.chunk_count()),
+        max_compressed_length: ci.and_then(|c| c.max_compressed_length),
+        data_length: t.data_length(),
+        data_file_bytes: t.data_file_size,
+        partitions: report.partitions,
+        first_token: report.first_token.clone(),
+        last_token: report.last_token.clone(),
+        first_key: hex::encode(&report.first_key),
+        last_key: hex::encode(&report.last_key),
+        keys_xor: format!("{:016x}", report.keys_xor),
+        keys_sum: format!("{:016x}", report.keys_sum),
+        repaired_at: stats.map(|s| s.repaired_at),
+        pending_repair: stats
+            .and_then(|s| s.pending_repair.flatten())
+            .map(|u| uuid(&u)),
+        is_transient: stats.and_then(|s| s.is_transient),
+        sstable_level: stats.map(|s| s.sstable_level),
+        bloom_filter_fp_chance: t
+            .statistics
+            .validation
+            .as_ref()
+            .map(|v| v.bloom_filter_fp_chance),
+        components: t
+            .files
+            .iter()
+            .map(|(c, n)| ComponentInfo {
+                name: c.file_name().to_string(),
+                bytes: *n,
+                in_toc: t.toc.as_ref().map(|toc| toc.contains(c)),
+            })
+            .collect(),
+        missing_from_disk: missing,
+        check: if a.quick { "index" } else { "full" },
+        chunks_checked: report.chunks_checked,
+        digest_checked: report.digest_checked,
+        keys,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_human(&out);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_human(i: &Inspection) {
+    println!("{}", i.path.display());
+    println!(
+        "  version          {} ({} format), generation {}",
+        i.version, i.format, i.generation
+    );
+    println!("  partitioner      {}", i.partitioner);
+    match &i.compressor {
+        Some(c) => println!(
+            "  compression      {} chunk {} B, {} chunks{}",
+            c,
+            i.chunk_length.unwrap_or(0),
+            i.chunk_count.unwrap_or(0),
+            i.max_compressed_length
+                .map(|m| format!(", maxCompressedLength {m}"))
+                .unwrap_or_default()
+        ),
+        None => println!("  compression      none (CRC.db)"),
+    }
+    println!(
+        "  data length      {} B uncompressed, {} B on disk",
+        i.data_length, i.data_file_bytes
+    );
+    println!("  partitions       {}", i.partitions);
+    println!(
+        "  first            token {} key {}",
+        i.first_token.as_deref().unwrap_or("-"),
+        i.first_key
+    );
+    println!(
+        "  last             token {} key {}",
+        i.last_token.as_deref().unwrap_or("-"),
+        i.last_key
+    );
+    println!("  keys xor/sum     {} / {}", i.keys_xor, i.keys_sum);
+    if let Some(r) = i.repaired_at {
+        println!(
+            "  repair           repairedAt {} pendingRepair {} transient {}",
+            r,
+            i.pending_repair.as_deref().unwrap_or("none"),
+            i.is_transient.map_or("-".into(), |b| b.to_string())
+        );
+    }
+    println!("  components");
+    for c in &i.components {
+        let note = match c.in_toc {
+            Some(false) => "  (not in TOC)",
+            _ => "",
+        };
+        println!("    {:<20} {:>12} B{}", c.name, c.bytes, note);
+    }
+    for m in &i.missing_from_disk {
+        println!("    {m:<20} listed in TOC.txt but missing");
+    }
+    println!(
+        "  check            {} ok: {} chunks{}",
+        i.check,
+        i.chunks_checked,
+        if i.digest_checked { ", digest" } else { "" }
+    );
+}

@@ -1,0 +1,4 @@
+//! Subcommands: argument parsing and presentation only; the work is in the library.
+
+pub mod inspect;
+pub mod progress;

@@ -1,0 +1,6 @@
+//! cleave: split Apache Cassandra SSTables by token range without rewriting rows.
+//!
+//! Layers point down only: `sstable` (pure format) ← `split` ← `stream`, `operator` ←
+//! the binary. Syscalls live in `io`.
+
+pub mod sstable;

@@ -1,0 +1,38 @@
+//! The `cleave` command line.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cli;
+
+#[derive(Parser)]
+#[command(
+    name = "cleave",
+    version,
+    about = "Split Apache Cassandra SSTables by token range without rewriting rows"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Describe an SSTable and check every component against the others.
+    Inspect(cli::inspect::InspectArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(a) => cli::inspect::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cleave: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! One SSTable on disk: its descriptor, the components present, and the metadata every
+//! operation needs (Statistics, partitioner, CompressionInfo), plus a full integrity check.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::checksum::{ChunkChecksums, Digest};
+use super::compression::CompressionInfo;
+use super::data::DataReader;
+use super::descriptor::{Component, Descriptor, Toc};
+use super::error::{FormatError, Result};
+use super::filter::BloomFilter;
+use super::index::IndexReader;
+use super::murmur::hash3_x64_128;
+use super::statistics::Statistics;
+use super::summary::Summary;
+use super::token::{Partitioner, Token};
+
+#[derive(Debug, Clone)]
+pub struct SSTable {
+    pub descriptor: Descriptor,
+    pub toc: Option<Toc>,
+    /// Components found on disk with their sizes, in TOC-independent order.
+    pub files: Vec<(Component, u64)>,
+    pub statistics: Statistics,
+    pub partitioner: Partitioner,
+    pub compression: Option<CompressionInfo>,
+    pub data_file_size: u64,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).map_err(|e| FormatError::io(path, e))
+}
+
+impl SSTable {
+    /// Opens the sstable that `path` (any of its components) belongs to.
+    pub fn open(path: &Path) -> Result<SSTable> {
+        let (descriptor, _) = Descriptor::from_path(path)?;
+        descriptor.require_supported()?;
+        let dir = if descriptor.dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            descriptor.dir.clone()
+        };
+        let prefix = descriptor.file_name(&Component::Other(String::new()));
+        let mut files = Vec::new();
+        let listing = fs::read_dir(&dir).map_err(|e| FormatError::io(&dir, e))?;
+        for entry in listing {
+            let entry = entry.map_err(|e| FormatError::io(&dir, e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(component) = name.strip_prefix(&prefix) {
+                let meta = entry
+                    .metadata()
+                    .map_err(|e| FormatError::io(&entry.path(), e))?;
+                if meta.is_file() {
+                    files.push((Component::parse(component), meta.len()));
+                }
+            }
+        }
+        files.sort();
+        let size_of = |c: &Component| files.iter().find(|f| &f.0 == c).map(|f| f.1);
+        let toc = match size_of(&Component::Toc) {
+            Some(_) => {
+                let p = descriptor.path(&Component::Toc);
+                Some(Toc::parse(&p, &read(&p)?)?)
+            }
+            None => None,
+        };
+        let data_path = descriptor.path(&Component::Data);
+        let data_file_size = size_of(&Component::Data)
+            .ok_or_else(|| FormatError::corrupt(&data_path, None, "Data.db is missing"))?;
+        let stats_path = descriptor.path(&Component::Statistics);
+        if size_of(&Component::Statistics).is_none() {
+            return Err(FormatError::corrupt(&stats_path, None, "Statistics.db is missing (it names the partitioner and carries the serialization header)"));
+        }
+        let statistics = Statistics::parse(&stats_path, &read(&stats_path)?, descriptor.version)?;
+        let validation = statistics.validation.as_ref().ok_or_else(|| {
+            FormatError::corrupt(
+                &stats_path,
+                None,
+                "no VALIDATION metadata: the partitioner is unknown",
+            )
+        })?;
+        let partitioner = Partitioner::from_class_name(&validation.partitioner).ok_or_else(|| {
+            FormatError::unsupported(
+                &stats_path,
+                None,
+                format!("unsupported partitioner {} (cleave computes Murmur3, Random and ByteOrdered tokens)", validation.partitioner),
+            )
+        })?;
+        let compression = match size_of(&Component::CompressionInfo) {
+            Some(_) => {
+                let p = descriptor.path(&Component::CompressionInfo);
+                let ci = CompressionInfo::parse(&p, &read(&p)?, descriptor.version)?;
+                ci.check_data_size(&data_path, data_file_size)?;
+                Some(ci)
+            }
+            None => None,
+        };
+        Ok(SSTable {
+            descriptor,
+            toc,
+            files,
+            statistics,
+            partitioner,
+            compression,
+            data_file_size,
+        })
+    }
+
+    pub fn path(&self, c: &Component) -> PathBuf {
+        self.descriptor.path(c)
+    }
+
+    pub fn has(&self, c: &Component) -> bool {
+        self.files.iter().any(|f| &f.0 == c)
+    }
+
+    pub fn size_of(&self, c: &Component) -> Option<u64> {
+        self.files.iter().find(|f| &f.0 == c).map(|f| f.1)
+    }
+
+    /// Uncompressed length of Data.db.
+    pub fn data_length(&self) -> u64 {
+        self.compression
+            .as_ref()
+            .map_or(self.data_file_size, |c| c.data_length)
+    }
+
+    pub fn index_reader(&self) -> Result<IndexReader<fs::File>> {
+        let p = self.path(&Component::Index);
+        if !self.has(&Component::Index) {
+            return Err(FormatError::corrupt(&p, None, "Index.db is missing"));
+        }
+        Ok(IndexReader::open(&p)?.with_data_length(self.data_length()))
+    }
+
+    pub fn data_reader(&self) -> Result<DataReader> {
+        DataReader::open(&self.path(&Component::Data), self.compression.clone())
+    }
+
+    pub fn summary(&self) -> Result<Option<Summary>> {
+        if !self.has(&Component::Summary) {
+            return Ok(None);
+        }
+        let p = self.path(&Component::Summary);
+        Summary::parse(&p, &read(&p)?).map(Some)
+    }
+
+    pub fn filter(&self) -> Result<Option<BloomFilter>> {
+        // A zero-length Filter.db means "always present" (FilterComponent).
+        if self.size_of(&Component::Filter).unwrap_or(0) == 0 {
+            return Ok(None);
+        }
+        let p = self.path(&Component::Filter);
+        BloomFilter::parse(&p, &read(&p)?, self.old_filter_layout()).map(Some)
+    }
+
+    /// Whether Filter.db uses the `ma`..`me` word-reversed layout. `na` files from 4.0
+    /// pre-releases (recognised by a STATS without isTransient, see `Stats::parse`) still
+    /// wrote it: the new serialization arrived later under the same version string.
+    pub fn old_filter_layout(&self) -> bool {
+        let v = self.descriptor.version;
+        v.has_old_bf_format()
+            || (v.as_str() == "na"
+                && self
+                    .statistics
+                    .stats
+                    .as_ref()
+                    .is_some_and(|s| s.is_transient.is_none()))
+    }
+
+    pub fn digest(&self) -> Result<Option<Digest>> {
+        if !self.has(&Component::Digest) {
+            return Ok(None);
+        }
+        let p = self.path(&Component::Digest);
+        Digest::parse(&p, &read(&p)?).map(Some)
+    }
+
+    pub fn chunk_checksums(&self) -> Result<Option<ChunkChecksums>> {
+        if !self.has(&Component::Crc) {
+            return Ok(None);
+        }
+        let p = self.path(&Component::Crc);
+        ChunkChecksums::parse(&p, &read(&p)?).map(Some)
+    }
+
+    /// Reads every component and cross-checks them; see `CheckLevel`.
+    pub fn check(
+        &self,
+        level: CheckLevel,
+        progress: &mut dyn FnMut(CheckProgress),
+    ) -> Result<CheckReport> {
+        check(self, level, progress)
+    }
+}
+
+/// How much of the sstable `check` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckLevel {
+    /// Metadata and the Index.db pass (order, positions, Summary, Filter): no Data.db reads.
+    Index,
+    /// Also every chunk CRC, each partition's key at its index position, CRC.db and the
+    /// Digest: reads all of Data.db.
+    Full,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum CheckProgress {
+    IndexBytes(u64),
+    DataBytes(u64),
+}
+
+/// What one pass over an sstable saw.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CheckReport {
+    pub partitions: u64,
+    #[serde(serialize_with = "super::hex::serialize")]
+    pub first_key: Vec<u8>,
+    #[serde(serialize_with = "super::hex::serialize")]
+    pub last_key: Vec<u8>,
+    pub first_token: Option<String>,
+    pub last_token: Option<String>,
+    pub first_position: Option<u64>,
+    /// XOR and wrapping sum of the first 64 bits of Cassandra's Murmur3 of every key: the
+    /// same key-set fingerprint as `sstcheck.py` and the CASSANDRA-21550 harness.
+    #[serde(serialize_with = "hex64")]
+    pub keys_xor: u64,
+    #[serde(serialize_with = "hex64")]
+    pub keys_sum: u64,
+    pub chunks_checked: u64,
+    pub digest_checked: bool,
+}
+
+fn hex64<S: serde::Serializer>(v: &u64, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{v:016x}"))
+}
+
+fn check(
+    t: &SSTable,
+    level: CheckLevel,
+    progress: &mut dyn FnMut(CheckProgress),
+) -> Result<CheckReport> {
+    let index_path = t.path(&Component::Index);
+    let summary = t.summary()?;
+    let filter = t.filter()?;
+    let mut data = match level {
+        CheckLevel::Full => Some(t.data_reader()?),
+        CheckLevel::Index => None,
+    };
+    let mut report = CheckReport::default();
+    let mut prev: Option<(Token, Vec<u8>)> = None;
+    let mut summary_next = 0usize;
+    let mut reader = t.index_reader()?;
+    let mut last_offset = 0u64;
+    while let Some(e) = reader.next_entry()? {
+        let token = t.partitioner.token(e.key);
+        if let Some((pt, pk)) = &prev {
+            let ordered = match pt.cmp(&token) {
+                std::cmp::Ordering::Less => true,
+                std::cmp::Ordering::Equal => pk.as_slice() < e.key,
+                std::cmp::Ordering::Greater => false,
+            };
+            if !ordered {
+                return Err(FormatError::corrupt(
+                    &index_path,
+                    Some(e.index_offset),
+                    format!(
+                        "key {} (token {token}) does not sort after the previous key {} (token {pt}) for {:?}",
+                        super::hex::encode(e.key),
+                        super::hex::encode(pk),
+                        t.partitioner
+                    ),
+                ));
+            }
+        } else {
+            report.first_key = e.key.to_vec();
+            report.first_token = Some(token.to_string());
+            report.first_position = Some(e.position);
+        }
+        let h = hash3_x64_128(e.key)[0];
+        report.keys_xor ^= h;
+        report.keys_sum = report.keys_sum.wrapping_add(h);
+        report.partitions += 1;
+        if let Some(s) = &summary {
+            if let Some(se) = s.entries.get(summary_next) {
+                if se.index_position as u64 == e.index_offset {
+                    if se.key != e.key {
+                        return Err(FormatError::corrupt(
+                            &t.path(&Component::Summary),
+                            None,
+                            format!(
+                                "summary entry {summary_next} names key {} at Index.db offset {}, where Index.db has key {}",
+                                super::hex::encode(&se.key),
+                                e.index_offset,
+                                super::hex::encode(e.key)
+                            ),
+                        ));
+                    }
+                    summary_next += 1;
+                }
+            }
+        }
+        if let Some(f) = &filter {
+            if !f.may_contain(e.key) {
+                return Err(FormatError::corrupt(
+                    &t.path(&Component::Filter),
+                    None,
+                    format!("partition key {} is missing from the Bloom filter (a false negative would hide data)", super::hex::encode(e.key)),
+                ));
+            }
+        }
+        if let Some(d) = data.as_mut() {
+            let head = d.read_at(e.position, 2 + e.key.len())?;
+            if head[..2] != (e.key.len() as u16).to_be_bytes() || &head[2..] != e.key {
+                return Err(FormatError::corrupt(
+                    &t.path(&Component::Data),
+                    Some(e.position),
+                    format!(
+                        "expected partition key {} (named by Index.db at offset {}), found bytes {}",
+                        super::hex::encode(e.key),
+                        e.index_offset,
+                        super::hex::encode(&head)
+                    ),
+                ));
+            }
+        }
+        let off = e.index_offset;
+        prev = Some((token, e.key.to_vec()));
+        if off - last_offset > (1 << 20) {
+            progress(CheckProgress::IndexBytes(off - last_offset));
+            last_offset = off;
+        }
+    }
+    if let Some((token, key)) = prev {
+        report.last_key = key;
+        report.last_token = Some(token.to_string());
+    }
+    if let Some(s) = &summary {
+        if summary_next != s.entries.len() {
+            return Err(FormatError::corrupt(
+                &t.path(&Component::Summary),
+                None,
+                format!(
+                    "summary entry {summary_next} (Index.db offset {}) matches no Index.db entry",
+                    s.entries[summary_next].index_position
+                ),
+            ));
+        }
+        if report.partitions > 0
+            && (s.first_key != report.first_key || s.last_key != report.last_key)
+        {
+            return Err(FormatError::corrupt(
+                &t.path(&Component::Summary),
+                None,
+                format!(
+                    "first/last key {}/{} differ from Index.db's {}/{}",
+                    super::hex::encode(&s.first_key),
+                    super::hex::encode(&s.last_key),
+                    super::hex::encode(&report.first_key),
+                    super::hex::encode(&report.last_key)
+                ),
+            ));
+        }
+    }
+    if let Some(stats) = &t.statistics.stats {
+        if let (Some(fk), Some(lk)) = (&stats.first_key, &stats.last_key) {
+            if report.partitions > 0 && (fk != &report.first_key || lk != &report.last_key) {
+                return Err(FormatError::corrupt(
+                    &t.path(&Component::Statistics),
+                    None,
+                    format!(
+                        "STATS first/last key {}/{} differ from Index.db's {}/{}",
+                        super::hex::encode(fk),
+                        super::hex::encode(lk),
+                        super::hex::encode(&report.first_key),
+                        super::hex::encode(&report.last_key)
+                    ),
+                ));
+            }
+        }
+    }
+    progress(CheckProgress::IndexBytes(
+        t.size_of(&Component::Index).unwrap_or(0) - last_offset,
+    ));
+    let Some(mut d) = data else { return Ok(report) };
+    if let Some(ci) = t.compression.clone() {
+        for i in 0..ci.chunk_count() {
+            d.chunk(i)?;
+            report.chunks_checked += 1;
+            let (s, e) = ci.chunk_span(i, t.data_file_size);
+            progress(CheckProgress::DataBytes(e - s));
+        }
+    } else if let Some(crc) = t.chunk_checksums()? {
+        let computed = d.block_crc32s(crc.chunk_size)?;
+        let n = computed.len();
+        // A trailing entry for an empty final block is allowed (a double sync at the end).
+        let stored_ok = crc.crcs.len() == n || (crc.crcs.len() == n + 1 && crc.crcs[n] == 0);
+        if !stored_ok {
+            return Err(FormatError::corrupt(
+                &t.path(&Component::Crc),
+                None,
+                format!(
+                    "{} CRCs for {} blocks of {} bytes in Data.db",
+                    crc.crcs.len(),
+                    n,
+                    crc.chunk_size
+                ),
+            ));
+        }
+        for (i, (s, c)) in crc.crcs.iter().zip(&computed).enumerate() {
+            if s != c {
+                return Err(FormatError::Checksum {
+                    loc: super::error::Location {
+                        file: t.path(&Component::Data),
+                        offset: Some(i as u64 * crc.chunk_size as u64),
+                    },
+                    what: format!("block {i} (CRC.db entry {i})"),
+                    stored: *s,
+                    computed: *c,
+                });
+            }
+            report.chunks_checked += 1;
+        }
+    }
+    if let Some(digest) = t.digest()? {
+        let crc = d.file_crc32(|n| progress(CheckProgress::DataBytes(n)))?;
+        if crc != digest.crc32 {
+            return Err(FormatError::Checksum {
+                loc: super::error::Location {
+                    file: t.path(&Component::Digest),
+                    offset: None,
+                },
+                what: "Digest.crc32 (CRC32 of the whole Data.db)".into(),
+                stored: digest.crc32,
+                computed: crc,
+            });
+        }
+        report.digest_checked = true;
+    }
+    Ok(report)
+}
