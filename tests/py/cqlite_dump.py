@@ -280,6 +280,10 @@ def dump(args):
             schema_text, columns, pk = resolve_schema(f.read(), args.keyspace, args.table)
     except OSError as e:
         raise InputError(f"cannot read schema: {e}") from e
+    tokens = {}
+    if args.murmur3_tokens:
+        with open(args.murmur3_tokens, encoding="utf-8") as f:
+            tokens = json.load(f)
     others = {partitioner(p) for p in args.data_db} - {None, "Murmur3Partitioner"}
     if len(args.data_db) > 1 and others:
         return {"error": f"cqlite merges SSTables in Murmur3 token order, so it duplicates "
@@ -302,11 +306,23 @@ def dump(args):
                         "(it skips versions it does not support)")
                 query = f"SELECT * FROM {args.keyspace}.{args.table}"
                 raw = [dict(r.items()) for r in db.execute_streaming(query)]
+                # cqlite cannot SELECT token(...), but it evaluates token() in WHERE with
+                # Murmur3: asking for each token cleave computed must return that key only.
+                token_hits = {}
+                for key_hex, token in tokens.items():
+                    q = (f"SELECT * FROM {args.keyspace}.{args.table} "
+                         f"WHERE token({', '.join(pk)}) = {int(token)}")
+                    hits = dict.fromkeys(partition_key_hex(dict(r.items()), pk, columns)
+                                         for r in db.execute_streaming(q))
+                    token_hits[key_hex] = list(hits)
         except Exception as e:  # anything cqlite raises
             return {"error": f"cqlite: {type(e).__name__}: {e}"}, 3
     keys = dict.fromkeys(partition_key_hex(r, pk, columns) for r in raw)
     rows = [{k: render(v) for k, v in r.items()} for r in raw]
-    return {"rows": rows, "partition_keys_hex": list(keys)}, 0
+    out = {"rows": rows, "partition_keys_hex": list(keys)}
+    if args.murmur3_tokens:
+        out["murmur3_token_hits"] = token_hits
+    return out, 0
 
 
 def main():
@@ -314,6 +330,9 @@ def main():
     parser.add_argument("--schema", required=True, help="CQL schema file")
     parser.add_argument("--keyspace", required=True)
     parser.add_argument("--table", required=True)
+    parser.add_argument("--murmur3-tokens", metavar="JSON",
+                        help="file with {key_hex: murmur3 token}; report which partitions "
+                             "cqlite returns for WHERE token(pk) = each token")
     parser.add_argument("data_db", nargs="+", help="*-Data.db path of each SSTable")
     args = parser.parse_args()
     # Turn SIGTERM into SystemExit so the temporary directory is still removed.

@@ -1,0 +1,124 @@
+//! Helpers shared by the integration tests: where the real Cassandra SSTables are, what
+//! their MANIFEST says, and how to run the independent Python checkers.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `../shared` beside the checkout (or `$CLEAVE_SHARED`). Tests that need it print why
+/// they skip when it is absent; CI always has it.
+pub fn shared_dir() -> Option<PathBuf> {
+    let p = std::env::var_os("CLEAVE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    p.join("corpus/MANIFEST.tsv").is_file().then_some(p)
+}
+
+pub fn corpus_or_skip(test: &str) -> Option<PathBuf> {
+    let d = shared_dir();
+    if d.is_none() {
+        eprintln!(
+            "SKIP {test}: ../shared/corpus not found (set CLEAVE_SHARED to the shared folder)"
+        );
+    }
+    d
+}
+
+#[derive(Debug, Clone)]
+pub struct ManifestRow {
+    pub data_db: PathBuf,
+    pub version: String,
+    pub format: String,
+    pub compressed: bool,
+    pub partitions: u64,
+    pub invalid: bool,
+    pub schema_file: Option<PathBuf>,
+    /// `keyspace/table` as the MANIFEST names it (`ks/table~keyspace/table`).
+    pub table: String,
+}
+
+/// Rows of `corpus/MANIFEST.tsv`: origin repo, commit, path, format, version, compressed,
+/// data bytes, notes (partitions=N, schema_file=…, INTENTIONALLY_INVALID…).
+pub fn manifest(shared: &Path) -> Vec<ManifestRow> {
+    let text = std::fs::read_to_string(shared.join("corpus/MANIFEST.tsv")).expect("MANIFEST.tsv");
+    let mut rows = Vec::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() < 8 {
+            continue;
+        }
+        let origin = f[0].replace('/', "+");
+        let root = shared.join("corpus").join(&origin);
+        let notes = f[7];
+        let partitions = notes
+            .split('|')
+            .find_map(|n| n.trim().strip_prefix("partitions="))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("partitions= in MANIFEST notes");
+        let schema_file = notes
+            .split('|')
+            .find_map(|n| n.trim().strip_prefix("schema_file="))
+            .map(|s| root.join(s.trim()));
+        let table = notes
+            .split('|')
+            .next()
+            .and_then(|n| n.trim().split('~').nth(1))
+            .unwrap_or("")
+            .to_string();
+        rows.push(ManifestRow {
+            data_db: root.join(f[2]),
+            version: f[4].to_string(),
+            format: f[3].to_string(),
+            compressed: f[5] == "yes",
+            partitions,
+            invalid: notes.contains("INTENTIONALLY_INVALID"),
+            schema_file,
+            table,
+        });
+    }
+    assert!(
+        rows.len() > 100,
+        "MANIFEST.tsv lists {} sstables",
+        rows.len()
+    );
+    rows
+}
+
+pub const SUPPORTED: [&str; 9] = ["ma", "mb", "mc", "md", "me", "na", "nb", "nc", "oa"];
+
+pub fn is_supported_big(r: &ManifestRow) -> bool {
+    r.format == "big" && SUPPORTED.contains(&r.version.as_str())
+}
+
+/// The deliberately damaged fixtures (Scylla's integrity_check set): wrong chunk CRCs or
+/// a wrong Digest.
+pub fn is_damaged(r: &ManifestRow) -> bool {
+    r.data_db.to_string_lossy().contains("integrity_check")
+}
+
+/// Runs a Python script; returns its stdout parsed as JSON. Fails the test with stderr on
+/// a non-zero exit.
+pub fn python_json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let out = Command::new("python3")
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success() || !out.stdout.is_empty(),
+        "python3 {:?} failed: {}",
+        args,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "python3 {:?}: not JSON ({e}): {}\n{}",
+            args,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+pub fn cleave_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cleave"))
+}
