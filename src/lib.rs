@@ -3,4 +3,5 @@
 //! Layers point down only: `sstable` (pure format) ← `split` ← `stream`, `operator` ←
 //! the binary. Syscalls live in `io`.
 
+pub mod io;
 pub mod sstable;

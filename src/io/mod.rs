@@ -1,0 +1,4 @@
+//! Syscalls and `/proc` reads: everything that talks to the kernel directly rather than
+//! through `std::fs`.
+
+pub mod proc;
