@@ -21,12 +21,15 @@ struct Cli {
 enum Command {
     /// Describe an SSTable and check every component against the others.
     Inspect(cli::inspect::InspectArgs),
+    /// Measure throughput and memory (see docs/benchmarks.md).
+    Bench(cli::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(a) => cli::inspect::run(a),
+        Command::Bench(a) => cli::bench::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,4 +1,5 @@
 //! Subcommands: argument parsing and presentation only; the work is in the library.
 
+pub mod bench;
 pub mod inspect;
 pub mod progress;
