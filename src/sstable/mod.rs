@@ -13,6 +13,7 @@ pub mod error;
 pub mod filter;
 pub mod hex;
 pub mod index;
+pub mod lz4;
 pub mod murmur;
 pub mod statistics;
 pub mod summary;
