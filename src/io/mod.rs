@@ -1,4 +1,7 @@
 //! Syscalls and `/proc` reads: everything that talks to the kernel directly rather than
 //! through `std::fs`.
 
+pub mod copy;
+pub mod fs;
 pub mod proc;
+pub mod reflink;

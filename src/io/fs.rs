@@ -1,0 +1,45 @@
+//! Filesystem facts and durability: block size, device identity, fsync of a directory,
+//! page-cache advice.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// The filesystem's block size (`statvfs.f_bsize`): FICLONERANGE's alignment unit.
+pub fn block_size(path: &Path) -> std::io::Result<u64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid C string and `st` a properly sized out-parameter.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_bsize.max(512))
+}
+
+/// The device a path lives on: equal devices mean one filesystem (needed for reflink and
+/// for an atomic rename from staging).
+pub fn device_of(path: &Path) -> std::io::Result<u64> {
+    Ok(std::fs::metadata(path)?.dev())
+}
+
+/// fsync of a directory, so that names created or removed in it are durable.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// `posix_fadvise(POSIX_FADV_DONTNEED)` on a range (`len` 0 = to EOF). Like Cassandra's
+/// `NativeLibrary.trySkipCache`, a failure only costs page cache, so it is ignored.
+pub fn drop_cache(file: &File, offset: u64, len: u64) {
+    // SAFETY: plain syscall on an open descriptor.
+    unsafe {
+        libc::posix_fadvise(
+            file.as_raw_fd(),
+            offset as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_DONTNEED,
+        );
+    }
+}
