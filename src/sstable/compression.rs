@@ -279,7 +279,11 @@ impl Codec {
             }
             Codec::Deflate => {
                 // DeflateCompressor uses java.util.zip.Inflater with the zlib wrapper.
-                let mut d = flate2::read::ZlibDecoder::new(payload).take(max_len as u64 + 1);
+                // `bufread` inflates straight from the slice (no 32 KiB copy buffer). One
+                // byte past `max_len` tells an oversized chunk; room for exactly that up
+                // front, since `read_to_end` would otherwise double the buffer past it.
+                let mut d = flate2::bufread::ZlibDecoder::new(payload).take(max_len as u64 + 1);
+                out.reserve_exact(max_len + 1);
                 d.read_to_end(out)
                     .map_err(|e| bad(format!("Deflate chunk does not inflate: {e}")))?;
                 if out.len() > max_len {
@@ -399,6 +403,36 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("too small"), "{e}");
+    }
+
+    #[test]
+    fn deflate_buffer_stays_within_max_len() {
+        // Found by fuzz/fuzz_targets/codec.rs: `read_to_end` doubled the buffer, so a full
+        // 64 KiB chunk got a 128 KiB one, past the `max_len` bound decompress promises.
+        let mut z = Vec::new();
+        Codec::Deflate
+            .compress(Path::new("d"), &[0u8; 65536], &mut z)
+            .unwrap();
+        let mut out = Vec::new();
+        Codec::Deflate
+            .decompress(Path::new("d"), 0, &z, 65536, &mut out)
+            .unwrap();
+        assert_eq!(out.len(), 65536);
+        assert!(out.capacity() <= 65537, "capacity {}", out.capacity());
+        let mut big = Vec::new();
+        Codec::Deflate
+            .compress(Path::new("d"), &vec![0u8; 1 << 20], &mut big)
+            .unwrap();
+        let mut out = Vec::new();
+        let e = Codec::Deflate
+            .decompress(Path::new("d"), 7, &big, 65536, &mut out)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("offset 7")
+                && e.to_string().contains("past the chunk length 65536"),
+            "{e}"
+        );
+        assert!(out.capacity() <= 65537, "capacity {}", out.capacity());
     }
 
     #[test]
