@@ -4,4 +4,5 @@
 //! the binary. Syscalls live in `io`.
 
 pub mod io;
+pub mod split;
 pub mod sstable;

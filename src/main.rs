@@ -21,6 +21,12 @@ struct Cli {
 enum Command {
     /// Describe an SSTable and check every component against the others.
     Inspect(cli::inspect::InspectArgs),
+    /// Split an SSTable by token range into children that share the parent's chunks.
+    Split(cli::split::SplitArgs),
+    /// Fully check SSTables and print their partition count and key fingerprint.
+    Verify(cli::split::VerifyArgs),
+    /// Finish or roll back an interrupted `split --publish replace` in a table directory.
+    Recover(cli::split::RecoverArgs),
     /// Measure throughput and memory (see docs/benchmarks.md).
     Bench(cli::bench::BenchArgs),
 }
@@ -29,6 +35,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(a) => cli::inspect::run(a),
+        Command::Split(a) => cli::split::run(a),
+        Command::Verify(a) => cli::split::verify(a),
+        Command::Recover(a) => cli::split::recover(a),
         Command::Bench(a) => cli::bench::run(a),
     };
     match result {

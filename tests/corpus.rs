@@ -178,11 +178,11 @@ fn tokens_and_fingerprints_agree_with_sstcheck() {
         );
         assert_eq!(
             check["keys_xor"].as_str(),
-            Some(format!("{:016x}", ours.keys_xor).as_str())
+            Some(format!("{:016x}", ours.fingerprint.xor).as_str())
         );
         assert_eq!(
             check["keys_sum"].as_str(),
-            Some(format!("{:016x}", ours.keys_sum).as_str())
+            Some(format!("{:016x}", ours.fingerprint.sum).as_str())
         );
         if !is_damaged(&r) && r.compressed {
             assert_eq!(

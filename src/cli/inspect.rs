@@ -140,8 +140,8 @@ pub fn run(a: InspectArgs) -> Result<ExitCode> {
         last_token: report.last_token.clone(),
         first_key: hex::encode(&report.first_key),
         last_key: hex::encode(&report.last_key),
-        keys_xor: format!("{:016x}", report.keys_xor),
-        keys_sum: format!("{:016x}", report.keys_sum),
+        keys_xor: format!("{:016x}", report.fingerprint.xor),
+        keys_sum: format!("{:016x}", report.fingerprint.sum),
         repaired_at: stats.map(|s| s.repaired_at),
         pending_repair: stats
             .and_then(|s| s.pending_repair.flatten())

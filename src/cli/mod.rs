@@ -3,3 +3,4 @@
 pub mod bench;
 pub mod inspect;
 pub mod progress;
+pub mod split;

@@ -43,3 +43,27 @@ pub fn drop_cache(file: &File, offset: u64, len: u64) {
         );
     }
 }
+
+/// Whether a directory's filesystem is one that shares extents (XFS, btrfs), from
+/// `statfs.f_type`, without writing anything: what a dry run reports. XFS without
+/// `reflink=1` is reported as supported here; the real probe of a split tells them apart.
+pub fn guess_reflink(dir: &Path) -> super::reflink::ReflinkSupport {
+    const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
+    const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
+    let c = match std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) {
+        Ok(c) => c,
+        Err(_) => {
+            return super::reflink::ReflinkSupport::Refused(super::reflink::CloneRefusal::Invalid)
+        }
+    };
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out-parameter.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    if rc == 0 && (st.f_type as i64 == XFS_SUPER_MAGIC || st.f_type as i64 == BTRFS_SUPER_MAGIC) {
+        super::reflink::ReflinkSupport::Supported {
+            block_size: block_size(dir).unwrap_or(4096),
+        }
+    } else {
+        super::reflink::ReflinkSupport::Refused(super::reflink::CloneRefusal::NotSupported)
+    }
+}

@@ -118,7 +118,11 @@ pub fn encode_plain(dead: usize, live: &[u8]) -> Vec<u8> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LengthTarget {
     /// `(len + add) % modulus == residue`: the next chunk lands on a given residue.
-    Residue { add: usize, modulus: usize, residue: usize },
+    Residue {
+        add: usize,
+        modulus: usize,
+        residue: usize,
+    },
     /// Exactly this many bytes.
     Exact(usize),
 }
@@ -126,7 +130,11 @@ pub enum LengthTarget {
 impl LengthTarget {
     fn accepts(&self, len: usize) -> bool {
         match *self {
-            LengthTarget::Residue { add, modulus, residue } => (len + add) % modulus == residue,
+            LengthTarget::Residue {
+                add,
+                modulus,
+                residue,
+            } => (len + add) % modulus == residue,
             LengthTarget::Exact(n) => len == n,
         }
     }
@@ -135,7 +143,11 @@ impl LengthTarget {
     fn candidates(&self, from: usize, n: usize) -> Vec<usize> {
         match *self {
             LengthTarget::Exact(x) => vec![x],
-            LengthTarget::Residue { add, modulus, residue } => {
+            LengthTarget::Residue {
+                add,
+                modulus,
+                residue,
+            } => {
                 let r0 = (from + add) % modulus;
                 let first = from + (residue + modulus - r0) % modulus;
                 (0..n).map(|i| first + i * modulus).collect()
@@ -218,7 +230,9 @@ mod tests {
     }
 
     fn sample(n: usize) -> Vec<u8> {
-        (0..n).map(|i| ((i * 7919) % 251) as u8 ^ (i / 97) as u8).collect()
+        (0..n)
+            .map(|i| ((i * 7919) % 251) as u8 ^ (i / 97) as u8)
+            .collect()
     }
 
     #[test]
@@ -236,7 +250,10 @@ mod tests {
                 assert_eq!(&out[dead..], live.as_slice());
                 lens.push(b.len());
             }
-            assert!(lens.windows(2).all(|w| w[1] >= w[0] && w[1] - w[0] <= 2), "monotone, small steps");
+            assert!(
+                lens.windows(2).all(|w| w[1] >= w[0] && w[1] - w[0] <= 2),
+                "monotone, small steps"
+            );
         }
     }
 
@@ -245,7 +262,11 @@ mod tests {
         let live = sample(5000);
         for m in [0, 1, 14, 15, 16, 270, 4999, 5000] {
             let b = live_block(&live, m);
-            assert_eq!(lz4_flex::block::decompress(&b, live.len()).unwrap(), live, "m={m}");
+            assert_eq!(
+                lz4_flex::block::decompress(&b, live.len()).unwrap(),
+                live,
+                "m={m}"
+            );
         }
     }
 
@@ -253,7 +274,11 @@ mod tests {
     fn hits_every_residue_with_a_block_sized_dead_prefix() {
         let live = sample(16384 - 6000);
         for r in (0..4096).step_by(97) {
-            let t = LengthTarget::Residue { add: 0, modulus: 4096, residue: r };
+            let t = LengthTarget::Residue {
+                add: 0,
+                modulus: 4096,
+                residue: r,
+            };
             let p = encode_tuned(6000, &live, t).expect("residue reachable");
             assert_eq!(p.len() % 4096, r);
             let out = decode(&p);
@@ -268,7 +293,11 @@ mod tests {
         let live: Vec<u8> = (0..16000).map(|i| (i % 13) as u8).collect();
         let mut hits = 0;
         for r in (0..4096).step_by(256) {
-            let t = LengthTarget::Residue { add: 0, modulus: 4096, residue: r };
+            let t = LengthTarget::Residue {
+                add: 0,
+                modulus: 4096,
+                residue: r,
+            };
             if let Some(p) = encode_tuned(3, &live, t) {
                 assert_eq!(p.len() % 4096, r);
                 let out = decode(&p);

@@ -11,6 +11,7 @@ pub mod data;
 pub mod descriptor;
 pub mod error;
 pub mod filter;
+pub mod fingerprint;
 pub mod hex;
 pub mod index;
 pub mod lz4;

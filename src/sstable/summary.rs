@@ -196,6 +196,18 @@ impl SummaryBuilder {
         self.keys += 1;
     }
 
+    /// The summary so far, without consuming the builder.
+    pub fn snapshot(&self) -> Summary {
+        Summary {
+            min_index_interval: self.min_index_interval,
+            sampling_level: BASE_SAMPLING_LEVEL,
+            size_at_full_sampling: self.keys.div_ceil(self.min_index_interval as u64) as i32,
+            entries: self.entries.clone(),
+            first_key: self.first_key.clone().unwrap_or_default(),
+            last_key: self.last_key.clone(),
+        }
+    }
+
     pub fn finish(self) -> Summary {
         Summary {
             min_index_interval: self.min_index_interval,

@@ -10,8 +10,8 @@ use super::data::DataReader;
 use super::descriptor::{Component, Descriptor, Toc};
 use super::error::{FormatError, Result};
 use super::filter::BloomFilter;
+use super::fingerprint::Fingerprint;
 use super::index::IndexReader;
-use super::murmur::hash3_x64_128;
 use super::statistics::Statistics;
 use super::summary::Summary;
 use super::token::{Partitioner, Token};
@@ -224,18 +224,10 @@ pub struct CheckReport {
     pub first_token: Option<String>,
     pub last_token: Option<String>,
     pub first_position: Option<u64>,
-    /// XOR and wrapping sum of the first 64 bits of Cassandra's Murmur3 of every key: the
-    /// same key-set fingerprint as `sstcheck.py` and the CASSANDRA-21550 harness.
-    #[serde(serialize_with = "hex64")]
-    pub keys_xor: u64,
-    #[serde(serialize_with = "hex64")]
-    pub keys_sum: u64,
+    /// Partition count, XOR and sum of every key's Murmur3 (see `Fingerprint`).
+    pub fingerprint: Fingerprint,
     pub chunks_checked: u64,
     pub digest_checked: bool,
-}
-
-fn hex64<S: serde::Serializer>(v: &u64, s: S) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_str(&format!("{v:016x}"))
 }
 
 fn check(
@@ -280,9 +272,7 @@ fn check(
             report.first_token = Some(token.to_string());
             report.first_position = Some(e.position);
         }
-        let h = hash3_x64_128(e.key)[0];
-        report.keys_xor ^= h;
-        report.keys_sum = report.keys_sum.wrapping_add(h);
+        report.fingerprint.add(e.key);
         report.partitions += 1;
         if let Some(s) = &summary {
             if let Some(se) = s.entries.get(summary_next) {

@@ -1,0 +1,354 @@
+//! `cleave split`, `cleave verify`, `cleave recover`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use cleave::split::execute::{self, DigestPolicy, Progress, SplitOptions, SplitReport};
+use cleave::split::plan::Layout;
+use cleave::split::publish::{self, Publish};
+use cleave::split::ranges;
+use cleave::split::spec::{Cut, RepairSession, RepairedRanges};
+use cleave::sstable::table::{CheckLevel, CheckProgress};
+use cleave::sstable::{Component, SSTable};
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LayoutArg {
+    Auto,
+    Aligned,
+    Padded,
+    Copy,
+    Regrid,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DataAccess {
+    /// Data.db may be mmap'd (3.x/4.x default `auto`, 5.0 `mmap`/`legacy`): no head pad.
+    Mmap,
+    /// Data.db is read with positional reads (5.0 default `mmap_index_only`): `padded` allowed.
+    Standard,
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("cut").required(true).args(["tokens", "parts", "ranges"])))]
+pub struct SplitArgs {
+    /// The parent's Data.db (or any of its components).
+    pub parent: PathBuf,
+    /// Directory for the children; on the parent's filesystem.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Token boundaries T1,T2,…: children (MIN,T1], (T1,T2], …, (Tn,MAX].
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    pub tokens: Option<Vec<String>>,
+    /// N children of about equal Data.db bytes, cut at partition boundaries.
+    #[arg(long)]
+    pub parts: Option<usize>,
+    /// YAML file of repaired ranges `[{start, end}]` ((start, end]); or a mapping with
+    /// `ranges` and `transientRanges`. Anticompaction: children per label.
+    #[arg(long)]
+    pub ranges: Option<PathBuf>,
+    /// YAML file of transient ranges (with --ranges and --pending-repair).
+    #[arg(long, requires = "ranges")]
+    pub transient_ranges: Option<PathBuf>,
+    /// Repaired data is marked repaired at this time (ms since the epoch).
+    #[arg(long, requires = "ranges", conflicts_with = "pending_repair")]
+    pub repaired_at: Option<i64>,
+    /// Repaired data is pending this incremental-repair session (UUID).
+    #[arg(long, requires = "ranges")]
+    pub pending_repair: Option<String>,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub layout: LayoutArg,
+    /// How the target nodes read Data.db; `standard` allows the `padded` fallback.
+    #[arg(long, value_enum, default_value = "mmap")]
+    pub target_data_access: DataAccess,
+    #[arg(long, value_enum, default_value = "off")]
+    pub digest: DigestPolicy,
+    #[arg(long, value_enum, default_value = "stage")]
+    pub publish: Publish,
+    /// Anticompaction runs touching fewer chunks than this merge into one regrid child per label.
+    #[arg(long, default_value_t = 8)]
+    pub merge_below_chunks: u64,
+    /// Print the plan without writing anything.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_uuid(s: &str) -> Result<[u8; 16]> {
+    let u = uuid::Uuid::parse_str(s)
+        .map_err(|e| anyhow!("--pending-repair {s:?} is not a UUID: {e}"))?;
+    Ok(*u.as_bytes())
+}
+
+fn cut_from_args(a: &SplitArgs, t: &SSTable) -> Result<Cut> {
+    let p = t.partitioner;
+    if let Some(tokens) = &a.tokens {
+        let b = tokens
+            .iter()
+            .map(|s| p.parse_token(s).map_err(|e| anyhow!("--tokens: {e}")))
+            .collect::<Result<Vec<_>>>()?;
+        return Ok(Cut::Tokens(b));
+    }
+    if let Some(n) = a.parts {
+        return Ok(Cut::Parts(n));
+    }
+    let path = a
+        .ranges
+        .as_ref()
+        .ok_or_else(|| anyhow!("one of --tokens, --parts, --ranges is required"))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --ranges {}", path.display()))?;
+    let file = ranges::parse_ranges_yaml(&text)
+        .map_err(|e| anyhow!("--ranges {}: {e}", path.display()))?;
+    let mut transient = file.transient_ranges.clone();
+    if let Some(tp) = &a.transient_ranges {
+        let text = std::fs::read_to_string(tp)
+            .with_context(|| format!("reading --transient-ranges {}", tp.display()))?;
+        let f = ranges::parse_ranges_yaml(&text)
+            .map_err(|e| anyhow!("--transient-ranges {}: {e}", tp.display()))?;
+        transient.extend(f.ranges);
+    }
+    let session = match (&a.repaired_at, &a.pending_repair) {
+        (Some(ms), None) => RepairSession::RepairedAt(*ms),
+        (None, Some(u)) => RepairSession::Pending(parse_uuid(u)?),
+        _ => bail!("--ranges needs exactly one of --repaired-at MS or --pending-repair UUID"),
+    };
+    Ok(Cut::Ranges(RepairedRanges {
+        full: ranges::to_token_ranges(p, &file.ranges).map_err(|e| anyhow!("--ranges: {e}"))?,
+        transient: ranges::to_token_ranges(p, &transient)
+            .map_err(|e| anyhow!("--transient-ranges: {e}"))?,
+        session,
+    }))
+}
+
+pub fn run(a: SplitArgs) -> Result<ExitCode> {
+    let t = SSTable::open(&a.parent)?;
+    let cut = cut_from_args(&a, &t)?;
+    let operation = if matches!(cut, Cut::Ranges(_)) {
+        "anticompaction"
+    } else {
+        "split"
+    }
+    .to_string();
+    let opts = SplitOptions {
+        cut,
+        layout: match a.layout {
+            LayoutArg::Auto => None,
+            LayoutArg::Aligned => Some(Layout::Aligned),
+            LayoutArg::Padded => Some(Layout::Padded),
+            LayoutArg::Copy => Some(Layout::Copy),
+            LayoutArg::Regrid => Some(Layout::Regrid),
+        },
+        allow_padded: a.target_data_access == DataAccess::Standard,
+        digest: a.digest,
+        merge_below_chunks: a.merge_below_chunks,
+        out_dir: a.out.clone(),
+        publish: a.publish,
+        dry_run: a.dry_run,
+        operation,
+    };
+    let index_len = t.size_of(&Component::Index).unwrap_or(0);
+    let bar = super::progress::bytes_bar(2 * index_len, "splitting");
+    let report = execute::split(&a.parent, &opts, &mut |p| match p {
+        Progress::Index { pass, bytes, .. } => {
+            bar.set_position((pass as u64 - 1) * index_len + bytes)
+        }
+        Progress::ChildDone { .. } => {}
+    })?;
+    bar.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_human(&report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+fn print_human(r: &SplitReport) {
+    println!(
+        "{}: {} children{}",
+        r.parent.display(),
+        r.plan.len(),
+        if r.dry_run { " (dry run)" } else { "" }
+    );
+    println!("  reflink: {}", r.reflink);
+    if r.dry_run {
+        for (i, p) in r.plan.iter().enumerate() {
+            let g = p.geometry;
+            println!(
+                "  child {i}: {} partitions, {} bytes, layout {:?}{}, predicted shared {} copied {} re-encoded {}{}",
+                p.child.partitions(),
+                p.child.bytes(),
+                p.layout,
+                g.map(|g| format!(" (chunks {}..={}, dead prefix {})", g.first_chunk, g.last_chunk, g.dead_prefix)).unwrap_or_default(),
+                mib(p.predicted.bytes_shared),
+                mib(p.predicted.bytes_copied),
+                mib(p.predicted.bytes_reencoded),
+                p.fallback_reason.as_ref().map(|r| format!(" — {r}")).unwrap_or_default()
+            );
+        }
+        return;
+    }
+    for c in &r.children {
+        println!(
+            "  {}: {} partitions, tokens {}..{}, {:?}, shared {} copied {} re-encoded {}{}",
+            c.path.display(),
+            c.partitions,
+            c.first_token,
+            c.last_token,
+            c.layout,
+            mib(c.bytes_shared),
+            mib(c.bytes_copied),
+            mib(c.bytes_reencoded),
+            c.fallback_reason
+                .as_ref()
+                .map(|r| format!(" — fallback: {r}"))
+                .unwrap_or_default()
+        );
+    }
+    println!(
+        "  check: parent ({}, {:016x}, {:016x}) = children ({}, {:016x}, {:016x}): {}",
+        r.check.parent.count,
+        r.check.parent.xor,
+        r.check.parent.sum,
+        r.check.children.count,
+        r.check.children.xor,
+        r.check.children.sum,
+        if r.check.ok { "ok" } else { "MISMATCH" }
+    );
+    println!(
+        "  device I/O: read {} written {}",
+        mib(r.read_bytes),
+        mib(r.write_bytes)
+    );
+}
+
+#[derive(clap::Args)]
+pub struct VerifyArgs {
+    /// Data.db (or any component) of each sstable.
+    #[arg(required = true)]
+    pub sstables: Vec<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(serde::Serialize)]
+struct Verified {
+    path: PathBuf,
+    ok: bool,
+    partitions: u64,
+    keys_xor: String,
+    keys_sum: String,
+    error: Option<String>,
+}
+
+/// Full check of each sstable: every index position holds its key in Data.db, every chunk
+/// CRC, the digest; prints partitions and the key fingerprint, and their total.
+pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
+    let mut all_ok = true;
+    let mut total = cleave::sstable::fingerprint::Fingerprint::default();
+    let mut out = Vec::new();
+    for p in &a.sstables {
+        let res = SSTable::open(p).and_then(|t| {
+            let total_bytes = t.size_of(&Component::Index).unwrap_or(0) + 2 * t.data_file_size;
+            let bar = super::progress::bytes_bar(total_bytes, "verifying");
+            let r = t.check(CheckLevel::Full, &mut |pr| match pr {
+                CheckProgress::IndexBytes(n) | CheckProgress::DataBytes(n) => bar.inc(n),
+            });
+            bar.finish_and_clear();
+            r
+        });
+        match res {
+            Ok(r) => {
+                total.merge(&r.fingerprint);
+                out.push(Verified {
+                    path: p.clone(),
+                    ok: true,
+                    partitions: r.partitions,
+                    keys_xor: format!("{:016x}", r.fingerprint.xor),
+                    keys_sum: format!("{:016x}", r.fingerprint.sum),
+                    error: None,
+                });
+            }
+            Err(e) => {
+                all_ok = false;
+                out.push(Verified {
+                    path: p.clone(),
+                    ok: false,
+                    partitions: 0,
+                    keys_xor: String::new(),
+                    keys_sum: String::new(),
+                    error: Some(e.to_string()),
+                });
+            }
+        }
+    }
+    if a.json {
+        let v = serde_json::json!({
+            "sstables": out,
+            "total": { "partitions": total.count, "keys_xor": format!("{:016x}", total.xor), "keys_sum": format!("{:016x}", total.sum) },
+            "ok": all_ok,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for v in &out {
+            match &v.error {
+                None => println!(
+                    "{}: ok, {} partitions, xor {} sum {}",
+                    v.path.display(),
+                    v.partitions,
+                    v.keys_xor,
+                    v.keys_sum
+                ),
+                Some(e) => println!("{}: FAILED: {e}", v.path.display()),
+            }
+        }
+        if out.len() > 1 {
+            println!(
+                "total: {} partitions, xor {:016x} sum {:016x}",
+                total.count, total.xor, total.sum
+            );
+        }
+    }
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+#[derive(clap::Args)]
+pub struct RecoverArgs {
+    /// A table directory holding an interrupted `--publish replace`.
+    pub table_dir: PathBuf,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn recover(a: RecoverArgs) -> Result<ExitCode> {
+    let r = publish::recover(&a.table_dir)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else if r.is_empty() {
+        println!("{}: no interrupted transaction", a.table_dir.display());
+    } else {
+        for x in &r {
+            println!(
+                "{}: {} — removed {}",
+                x.log.display(),
+                if x.committed {
+                    "committed, finished forward"
+                } else {
+                    "not committed, rolled back"
+                },
+                x.removed.join(", ")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,162 @@
+//! Rebuilding a child's non-data components from the stream of its index entries:
+//! Index.db (positions rebased), Summary.db, Filter.db, the partition-size histogram,
+//! the key fingerprint, and finally Statistics.db.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use super::spec::RepairTriple;
+use crate::sstable::filter::BloomFilter;
+use crate::sstable::fingerprint::Fingerprint;
+use crate::sstable::index::IndexWriter;
+use crate::sstable::statistics::{EstimatedHistogram, Statistics};
+use crate::sstable::summary::SummaryBuilder;
+use crate::sstable::{FormatError, Result, Version};
+
+/// Accumulates one child's index-derived components.
+pub struct IndexSide {
+    pub index_path: PathBuf,
+    index: IndexWriter<BufWriter<File>>,
+    summary: SummaryBuilder,
+    filter: Option<BloomFilter>,
+    partition_sizes: EstimatedHistogram,
+    pub fingerprint: Fingerprint,
+    pub first_key: Option<Vec<u8>>,
+    pub last_key: Vec<u8>,
+    /// Child position of the first and last partition (for the boundary check).
+    pub first_position: Option<u64>,
+    pub last_position: u64,
+}
+
+impl IndexSide {
+    pub fn create(
+        index_path: &Path,
+        min_index_interval: i32,
+        filter: Option<BloomFilter>,
+        histogram_buckets: usize,
+    ) -> Result<IndexSide> {
+        let f = File::create(index_path).map_err(|e| FormatError::io(index_path, e))?;
+        Ok(IndexSide {
+            index_path: index_path.to_path_buf(),
+            // Positions arrive already rebased; the writer's own base is 0.
+            index: IndexWriter::new(BufWriter::with_capacity(1 << 20, f), 0),
+            summary: SummaryBuilder::new(min_index_interval),
+            filter,
+            partition_sizes: EstimatedHistogram::empty(histogram_buckets),
+            fingerprint: Fingerprint::default(),
+            first_key: None,
+            last_key: Vec::new(),
+            first_position: None,
+            last_position: 0,
+        })
+    }
+
+    /// One partition: its key, its position in the child, its size in bytes, and its
+    /// promoted index (copied verbatim: it is relative to the partition start).
+    pub fn add(
+        &mut self,
+        key: &[u8],
+        child_position: u64,
+        size: u64,
+        promoted_index: &[u8],
+    ) -> Result<()> {
+        let at = self
+            .index
+            .append(key, child_position, promoted_index)
+            .map_err(|e| FormatError::io(&self.index_path, e))?;
+        self.summary.add(key, at);
+        if let Some(f) = &mut self.filter {
+            f.add(key);
+        }
+        // SortedTableWriter records each partition's size (end - start, EOP byte included).
+        self.partition_sizes.add(size as i64);
+        self.fingerprint.add(key);
+        if self.first_key.is_none() {
+            self.first_key = Some(key.to_vec());
+            self.first_position = Some(child_position);
+        }
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
+        self.last_position = child_position;
+        Ok(())
+    }
+
+    /// Flushes and fsyncs Index.db; returns the finished pieces.
+    pub fn finish(self) -> Result<IndexParts> {
+        let path = self.index_path.clone();
+        let w = self.index.finish().map_err(|e| FormatError::io(&path, e))?;
+        let f = w
+            .into_inner()
+            .map_err(|e| FormatError::io(&path, e.into_error()))?;
+        f.sync_all().map_err(|e| FormatError::io(&path, e))?;
+        Ok(IndexParts {
+            summary: self.summary,
+            filter: self.filter,
+            partition_sizes: self.partition_sizes,
+            fingerprint: self.fingerprint,
+            first_key: self.first_key.unwrap_or_default(),
+            last_key: self.last_key,
+            first_position: self.first_position.unwrap_or(0),
+            last_position: self.last_position,
+        })
+    }
+}
+
+pub struct IndexParts {
+    pub summary: SummaryBuilder,
+    pub filter: Option<BloomFilter>,
+    pub partition_sizes: EstimatedHistogram,
+    pub fingerprint: Fingerprint,
+    pub first_key: Vec<u8>,
+    pub last_key: Vec<u8>,
+    pub first_position: u64,
+    pub last_position: u64,
+}
+
+impl IndexParts {
+    pub fn summary_clone(&self) -> crate::sstable::summary::Summary {
+        self.summary.snapshot()
+    }
+}
+
+/// The child's Statistics.db from the parent's (sstable-format.md §8.4): VALIDATION,
+/// COMPACTION and HEADER verbatim (HEADER's EncodingStats are what rows are delta-encoded
+/// against; the parent's HyperLogLog sketch merges idempotently), STATS with the exact
+/// partition-size histogram, the child's repair triple, first/last key (`nc`+),
+/// tokenSpaceCoverage unknown (NaN lets UCS derive it from first/last), and the compression
+/// ratio of the child's bytes. Bounds (timestamps, TTLs, clustering) stay the parent's: a
+/// superset, which only makes Cassandra skip this sstable less often.
+pub fn child_statistics(
+    parent: &Statistics,
+    version: Version,
+    parts: &IndexParts,
+    triple: Option<RepairTriple>,
+    compression_ratio: Option<f64>,
+) -> Statistics {
+    let mut s = parent.clone();
+    if let Some(st) = s.stats.as_mut() {
+        st.partition_sizes = parts.partition_sizes.clone();
+        if let Some(t) = triple {
+            st.repaired_at = t.repaired_at;
+            if version.has_pending_repair() {
+                st.pending_repair = Some(t.pending_repair);
+                // A pre-release `na` parent has no isTransient field; keep its layout.
+                if st.is_transient.is_some() {
+                    st.is_transient = Some(t.is_transient);
+                }
+            }
+        }
+        if version.has_key_range() {
+            st.first_key = Some(parts.first_key.clone());
+            st.last_key = Some(parts.last_key.clone());
+        }
+        if version.has_token_space_coverage() {
+            st.token_space_coverage = Some(f64::NAN);
+        }
+        if let Some(r) = compression_ratio {
+            st.compression_ratio = r;
+        }
+    }
+    s
+}

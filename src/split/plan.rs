@@ -1,0 +1,546 @@
+//! The split plan: pure arithmetic over the parent's index entries and chunk grid.
+//!
+//! Two steps, both without I/O:
+//! 1. `Grouper` streams (ordinal, token, position) of every partition and groups them into
+//!    **runs** of consecutive partitions that go to the same child; at the end runs become
+//!    children (in anticompaction, small runs of a label merge into one `regrid` child).
+//! 2. `geometry` turns a child's byte span into its chunk run, dead prefix, data length and
+//!    trailing-chunk rule; `predict` says how many bytes each layout shares, copies and
+//!    re-encodes.
+//!
+//! Memory is O(children + runs), never O(partitions).
+
+use super::spec::{Cut, Label, RepairedRanges};
+use crate::sstable::{Partitioner, Token};
+
+/// A run of consecutive parent partitions `[first_ordinal, last_ordinal]` occupying parent
+/// uncompressed bytes `[first_position, end_position)`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Run {
+    pub first_ordinal: u64,
+    pub last_ordinal: u64,
+    pub first_position: u64,
+    pub end_position: u64,
+    #[serde(serialize_with = "crate::sstable::hex::serialize")]
+    pub first_key: Vec<u8>,
+    #[serde(serialize_with = "crate::sstable::hex::serialize")]
+    pub last_key: Vec<u8>,
+    pub first_token: String,
+    pub last_token: String,
+}
+
+impl Run {
+    pub fn partitions(&self) -> u64 {
+        self.last_ordinal - self.first_ordinal + 1
+    }
+    pub fn bytes(&self) -> u64 {
+        self.end_position - self.first_position
+    }
+}
+
+/// A child before layouts: one contiguous run (zero-copy layouts), or several runs of one
+/// label merged into a `regrid` child.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PlannedChild {
+    pub runs: Vec<Run>,
+    pub label: Option<Label>,
+    /// Several runs (or a run too small to be worth its own sstable): must be `regrid`.
+    pub merged: bool,
+}
+
+impl PlannedChild {
+    pub fn partitions(&self) -> u64 {
+        self.runs.iter().map(Run::partitions).sum()
+    }
+    pub fn bytes(&self) -> u64 {
+        self.runs.iter().map(Run::bytes).sum()
+    }
+}
+
+/// Where a partition goes, as the grouper decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Group {
+    Index(usize),
+    Label(Label),
+}
+
+struct OpenRun {
+    group: Group,
+    run: Run,
+}
+
+/// Streams partitions in index order and groups them into runs.
+pub struct Grouper {
+    cut: Cut,
+    partitioner: Partitioner,
+    data_length: u64,
+    /// For `Parts`: byte targets `i * data_length / N` and how a cut point is chosen.
+    parts_next: usize,
+    /// Grid unit of the parent (chunk length; 64 KiB for uncompressed): `Parts` prefers a
+    /// cut whose first partition starts at least `min_dead_prefix` into its unit, because
+    /// the `aligned` layout re-encodes that dead prefix to align the rest.
+    grid: u64,
+    min_dead_prefix: u64,
+    parts_patience: u32,
+    boundary_idx: usize,
+    open: Option<OpenRun>,
+    runs: Vec<(Group, Run)>,
+    last_key: Vec<u8>,
+    last_token: String,
+    ordinal: u64,
+}
+
+/// How many partitions past a `Parts` target the grouper waits for a cut with a usable
+/// dead prefix before cutting anyway.
+const PARTS_PATIENCE: u32 = 64;
+
+impl Grouper {
+    pub fn new(
+        cut: Cut,
+        partitioner: Partitioner,
+        data_length: u64,
+        grid: u64,
+        min_dead_prefix: u64,
+    ) -> Grouper {
+        Grouper {
+            cut,
+            partitioner,
+            data_length,
+            parts_next: 1,
+            grid: grid.max(1),
+            min_dead_prefix,
+            parts_patience: 0,
+            boundary_idx: 0,
+            open: None,
+            runs: Vec::new(),
+            last_key: Vec::new(),
+            last_token: String::new(),
+            ordinal: 0,
+        }
+    }
+
+    fn group_of(&mut self, token: &Token, position: u64) -> Group {
+        match &self.cut {
+            Cut::Tokens(b) => {
+                // Child i holds (b(i-1), b(i)]: advance past every boundary below the token.
+                while self.boundary_idx < b.len() && b[self.boundary_idx] < *token {
+                    self.boundary_idx += 1;
+                }
+                Group::Index(self.boundary_idx)
+            }
+            Cut::Parts(n) => {
+                let n = *n as u64;
+                let current = self.parts_next - 1;
+                if self.open.is_none() || (self.parts_next as u64) >= n {
+                    return Group::Index(current);
+                }
+                let target = self.parts_next as u64 * self.data_length / n;
+                if position < target {
+                    return Group::Index(current);
+                }
+                let dead = position % self.grid;
+                if dead >= self.min_dead_prefix || self.parts_patience >= PARTS_PATIENCE {
+                    self.parts_next += 1;
+                    self.parts_patience = 0;
+                    // A large partition may carry us past several targets at once.
+                    while (self.parts_next as u64) < n
+                        && position >= self.parts_next as u64 * self.data_length / n
+                    {
+                        self.parts_next += 1;
+                    }
+                    Group::Index(current + 1)
+                } else {
+                    self.parts_patience += 1;
+                    Group::Index(current)
+                }
+            }
+            Cut::Ranges(r) => Group::Label(r.label(self.partitioner, token)),
+        }
+    }
+
+    /// Feeds the next partition in index order.
+    pub fn push(&mut self, key: &[u8], token: &Token, position: u64) {
+        let group = self.group_of(token, position);
+        let token_s = token.to_string();
+        let ordinal = self.ordinal;
+        self.ordinal += 1;
+        match &mut self.open {
+            Some(o) if o.group == group => {}
+            _ => {
+                if let Some(mut o) = self.open.take() {
+                    o.run.end_position = position;
+                    o.run.last_key = std::mem::take(&mut self.last_key);
+                    o.run.last_token = std::mem::take(&mut self.last_token);
+                    o.run.last_ordinal = ordinal - 1;
+                    self.runs.push((o.group, o.run));
+                }
+                self.open = Some(OpenRun {
+                    group,
+                    run: Run {
+                        first_ordinal: ordinal,
+                        last_ordinal: ordinal,
+                        first_position: position,
+                        end_position: position,
+                        first_key: key.to_vec(),
+                        last_key: Vec::new(),
+                        first_token: token_s.clone(),
+                        last_token: String::new(),
+                    },
+                });
+            }
+        }
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
+        self.last_token = token_s;
+    }
+
+    /// Closes the last run; returns children in parent order, merged children last.
+    /// `merge_below` is the size (in grid units) under which an anticompaction run joins its
+    /// label's `regrid` child.
+    pub fn finish(mut self, merge_below_units: u64) -> Vec<PlannedChild> {
+        if let Some(mut o) = self.open.take() {
+            o.run.end_position = self.data_length;
+            o.run.last_key = std::mem::take(&mut self.last_key);
+            o.run.last_token = std::mem::take(&mut self.last_token);
+            o.run.last_ordinal = self.ordinal - 1;
+            self.runs.push((o.group, o.run));
+        }
+        let mut children = Vec::new();
+        let mut merged: Vec<PlannedChild> = Vec::new();
+        for (group, run) in self.runs {
+            match group {
+                Group::Index(_) => children.push(PlannedChild {
+                    runs: vec![run],
+                    label: None,
+                    merged: false,
+                }),
+                Group::Label(label) => {
+                    let units = units_touched(run.first_position, run.end_position, self.grid);
+                    if units < merge_below_units {
+                        match merged.iter_mut().find(|c| c.label == Some(label)) {
+                            Some(c) => c.runs.push(run),
+                            None => merged.push(PlannedChild {
+                                runs: vec![run],
+                                label: Some(label),
+                                merged: true,
+                            }),
+                        }
+                    } else {
+                        children.push(PlannedChild {
+                            runs: vec![run],
+                            label: Some(label),
+                            merged: false,
+                        });
+                    }
+                }
+            }
+        }
+        merged.sort_by_key(|c| c.label);
+        children.extend(merged);
+        children
+    }
+}
+
+/// Grid units (chunks) that bytes `[first, end)` touch.
+pub fn units_touched(first: u64, end: u64, grid: u64) -> u64 {
+    if end <= first {
+        return 0;
+    }
+    (end - 1) / grid - first / grid + 1
+}
+
+/// A zero-copy child's place in the parent's chunk grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Geometry {
+    /// Parent uncompressed offset that becomes the child's position 0: the start of the
+    /// chunk holding the first partition (compressed), or of its 64 KiB CRC block
+    /// (uncompressed) so that CRC.db's grid carries over.
+    pub base: u64,
+    /// Parent chunk run `first_chunk..=last_chunk` (compressed parents).
+    pub first_chunk: u64,
+    pub last_chunk: u64,
+    /// Bytes before the first partition in the child's first chunk, zero-filled.
+    pub dead_prefix: u64,
+    /// The child's `dataLength`: the end of its last partition, relative to `base`.
+    pub data_length: u64,
+    /// `dataLength % chunkLength == 0`: one extra chunk so that seeking to `dataLength`
+    /// finds a chunk (`RandomAccessReader` → `chunkFor`; sstable-format.md §4.5).
+    pub extra_chunk: bool,
+}
+
+/// Geometry of bytes `[first_position, end_position)` on a grid of `unit` bytes.
+pub fn geometry(first_position: u64, end_position: u64, unit: u64) -> Geometry {
+    let first_chunk = first_position / unit;
+    let last_chunk = (end_position - 1) / unit;
+    let base = first_chunk * unit;
+    let data_length = end_position - base;
+    Geometry {
+        base,
+        first_chunk,
+        last_chunk,
+        dead_prefix: first_position - base,
+        data_length,
+        extra_chunk: data_length % unit == 0,
+    }
+}
+
+/// How a child's Data.db is made (design-notes.md "Layouts").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// First chunk re-encoded so the interior clones at matching block offsets; first
+    /// chunk at offset 0. Safe on every stock reader.
+    Aligned,
+    /// CEP-66 head pad: offsets[0] = source offset mod 64 KiB. Only for non-mmap readers.
+    Padded,
+    /// Interior chunks copied.
+    Copy,
+    /// Partitions repacked into a fresh chunk grid: no dead prefix, every chunk re-encoded.
+    Regrid,
+}
+
+/// Bytes a layout is expected to share, copy and re-encode for a child.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Prediction {
+    pub bytes_shared: u64,
+    pub bytes_copied: u64,
+    pub bytes_reencoded: u64,
+}
+
+/// Parent file bytes of chunks `[from, to]` including CRCs.
+pub fn chunk_bytes(offsets: &[u64], file_size: u64, from: u64, to: u64) -> u64 {
+    if from > to {
+        return 0;
+    }
+    let start = offsets[from as usize];
+    let end = offsets.get(to as usize + 1).copied().unwrap_or(file_size);
+    end - start
+}
+
+/// Predicted bytes for a compressed child (estimates for re-encoded chunks: their source
+/// sizes). `block` is the reflink alignment unit, 0 when the target cannot share extents.
+pub fn predict_compressed(
+    layout: Layout,
+    g: &Geometry,
+    offsets: &[u64],
+    file_size: u64,
+    block: u64,
+) -> Prediction {
+    let ends = chunk_bytes(offsets, file_size, g.first_chunk, g.first_chunk)
+        + if g.last_chunk > g.first_chunk {
+            chunk_bytes(offsets, file_size, g.last_chunk, g.last_chunk)
+        } else {
+            0
+        };
+    let interior_from = g.first_chunk + 1;
+    let interior_to = g.last_chunk.saturating_sub(1);
+    let interior = if g.last_chunk > g.first_chunk + 1 {
+        chunk_bytes(offsets, file_size, interior_from, interior_to)
+    } else {
+        0
+    };
+    match layout {
+        Layout::Regrid => Prediction {
+            bytes_reencoded: chunk_bytes(offsets, file_size, g.first_chunk, g.last_chunk),
+            ..Default::default()
+        },
+        Layout::Copy => Prediction {
+            bytes_shared: 0,
+            bytes_copied: interior,
+            bytes_reencoded: ends,
+        },
+        Layout::Aligned | Layout::Padded => {
+            if block == 0 || interior == 0 {
+                return Prediction {
+                    bytes_shared: 0,
+                    bytes_copied: interior,
+                    bytes_reencoded: ends,
+                };
+            }
+            // Whole blocks of the interior are shared; the partial blocks at both ends are
+            // written.
+            let start = offsets[interior_from as usize];
+            let end = start + interior;
+            let shared = (end / block * block).saturating_sub(start.div_ceil(block) * block);
+            Prediction {
+                bytes_shared: shared,
+                bytes_copied: interior - shared,
+                bytes_reencoded: ends,
+            }
+        }
+    }
+}
+
+/// The resolved decisions for one child, printed by `--dry-run`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ChildPlan {
+    pub child: PlannedChild,
+    pub layout: Layout,
+    /// Zero-copy layouts only.
+    pub geometry: Option<Geometry>,
+    pub predicted: Prediction,
+    /// Why the child does not get the requested layout, if it does not.
+    pub fallback_reason: Option<String>,
+    pub label: Option<Label>,
+}
+
+/// Picks the dead-prefix threshold for `Parts` cuts: a dead prefix of at least one block
+/// plus a little lets `aligned` reach any residue with the zero run alone.
+pub fn preferred_dead_prefix(block: u64) -> u64 {
+    block + 64
+}
+
+/// The repair triple given to a child: its label's under anticompaction, otherwise the
+/// parent's.
+pub fn label_of(c: &PlannedChild) -> Option<Label> {
+    c.label
+}
+
+/// Convenience for callers that need the ranges' validation with the partitioner.
+pub fn validate_ranges(r: &RepairedRanges, p: Partitioner) -> Result<(), String> {
+    r.validate(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::spec::RepairSession;
+    use super::*;
+    use crate::sstable::TokenRange;
+
+    fn feed(g: &mut Grouper, items: &[(i64, u64)]) {
+        for (i, (t, pos)) in items.iter().enumerate() {
+            g.push(&[i as u8], &Token::Murmur3(*t), *pos);
+        }
+    }
+
+    #[test]
+    fn token_cuts_follow_left_open_ranges() {
+        let mut g = Grouper::new(
+            Cut::Tokens(vec![Token::Murmur3(10), Token::Murmur3(20)]),
+            Partitioner::Murmur3,
+            1000,
+            100,
+            0,
+        );
+        feed(
+            &mut g,
+            &[(1, 0), (10, 100), (11, 200), (20, 300), (21, 400)],
+        );
+        let c = g.finish(0);
+        let spans: Vec<(u64, u64)> = c
+            .iter()
+            .map(|c| (c.runs[0].first_ordinal, c.runs[0].last_ordinal))
+            .collect();
+        assert_eq!(
+            spans,
+            vec![(0, 1), (2, 3), (4, 4)],
+            "10 is in (MIN,10], 20 in (10,20]"
+        );
+        assert_eq!(c[2].runs[0].end_position, 1000);
+        assert_eq!(c[0].runs[0].end_position, 200);
+    }
+
+    #[test]
+    fn empty_children_are_not_created() {
+        let mut g = Grouper::new(
+            Cut::Tokens(vec![Token::Murmur3(-50), Token::Murmur3(10)]),
+            Partitioner::Murmur3,
+            100,
+            10,
+            0,
+        );
+        feed(&mut g, &[(1, 0), (2, 50)]);
+        assert_eq!(g.finish(0).len(), 1);
+    }
+
+    #[test]
+    fn parts_cut_near_equal_bytes_and_prefer_dead_prefix() {
+        // 100 partitions of 1000 bytes, grid 4096, prefer dead prefix >= 512.
+        let mut g = Grouper::new(Cut::Parts(4), Partitioner::Murmur3, 100_000, 4096, 512);
+        let items: Vec<(i64, u64)> = (0..100).map(|i| (i as i64, i as u64 * 1000)).collect();
+        feed(&mut g, &items);
+        let c = g.finish(0);
+        assert_eq!(c.len(), 4);
+        for child in &c[1..] {
+            let p = child.runs[0].first_position;
+            assert!(p % 4096 >= 512, "cut at {p} has dead prefix {}", p % 4096);
+        }
+        let total: u64 = c.iter().map(|c| c.partitions()).sum();
+        assert_eq!(total, 100);
+        for child in &c {
+            assert!(
+                (15_000..=35_000).contains(&child.bytes()),
+                "{}",
+                child.bytes()
+            );
+        }
+    }
+
+    #[test]
+    fn vnode_ranges_merge_small_runs_per_label() {
+        let p = Partitioner::Murmur3;
+        // Full ranges: every other block of 10 tokens.
+        let full: Vec<TokenRange> = (0..50)
+            .map(|i| TokenRange::new(Token::Murmur3(i * 20), Token::Murmur3(i * 20 + 10)))
+            .collect();
+        let r = RepairedRanges {
+            full,
+            transient: vec![],
+            session: RepairSession::RepairedAt(1),
+        };
+        let mut g = Grouper::new(Cut::Ranges(r), p, 1_000_000, 1000, 0);
+        // 1000 partitions of 1000 bytes, tokens 0..1000: runs of 10 alternate labels.
+        let items: Vec<(i64, u64)> = (0..1000).map(|i| (i as i64 + 1, i as u64 * 1000)).collect();
+        feed(&mut g, &items);
+        // Runs are 10 units; merge below 8 units: all runs are their own child.
+        let c = Grouper::finish_clone_for_test(&items, 8);
+        assert!(c.len() > 90);
+        // Merge below 20 units: two merged children (full, unrepaired).
+        let c = g.finish(20);
+        assert_eq!(c.len(), 2);
+        assert!(c.iter().all(|c| c.merged));
+        assert_eq!(c.iter().map(|c| c.partitions()).sum::<u64>(), 1000);
+    }
+
+    impl Grouper {
+        fn finish_clone_for_test(items: &[(i64, u64)], merge: u64) -> Vec<PlannedChild> {
+            let full: Vec<TokenRange> = (0..50)
+                .map(|i| TokenRange::new(Token::Murmur3(i * 20), Token::Murmur3(i * 20 + 10)))
+                .collect();
+            let r = RepairedRanges {
+                full,
+                transient: vec![],
+                session: RepairSession::RepairedAt(1),
+            };
+            let mut g = Grouper::new(Cut::Ranges(r), Partitioner::Murmur3, 1_000_000, 1000, 0);
+            feed(&mut g, items);
+            g.finish(merge)
+        }
+    }
+
+    #[test]
+    fn geometry_rules() {
+        let g = geometry(70_000, 100_000, 65_536);
+        assert_eq!(g.base, 65_536);
+        assert_eq!(g.dead_prefix, 70_000 - 65_536);
+        assert_eq!(g.data_length, 100_000 - 65_536);
+        assert_eq!((g.first_chunk, g.last_chunk), (1, 1));
+        assert!(!g.extra_chunk);
+        let g = geometry(65_536, 131_072, 65_536);
+        assert_eq!((g.first_chunk, g.last_chunk, g.dead_prefix), (1, 1, 0));
+        assert!(g.extra_chunk, "ends exactly on a chunk boundary");
+    }
+
+    #[test]
+    fn aligned_shares_whole_interior_blocks() {
+        let offsets = vec![0, 5000, 10_000, 15_000, 20_000];
+        let g = geometry(100, 5 * 16384 - 1, 16384);
+        let p = predict_compressed(Layout::Aligned, &g, &offsets, 25_000, 4096);
+        // Interior chunks 1..=3: bytes [5000, 20000): whole blocks [8192, 16384) shared.
+        assert_eq!(p.bytes_shared, 8192);
+        assert_eq!(p.bytes_copied, 15_000 - 8192);
+        assert_eq!(p.bytes_reencoded, 5000 + 5000);
+        let c = predict_compressed(Layout::Copy, &g, &offsets, 25_000, 4096);
+        assert_eq!((c.bytes_shared, c.bytes_copied), (0, 15_000));
+    }
+}

@@ -1,0 +1,294 @@
+//! What a split is asked to do: where to cut, and which repair metadata each child gets.
+
+use std::fmt;
+
+use crate::sstable::{Partitioner, Token, TokenRange};
+
+/// How the parent's partitions are divided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cut {
+    /// Boundaries `b1 < b2 < … < bn`: child i holds tokens in `(b(i-1), b(i)]`, the first
+    /// `(MIN, b1]`, the last `(bn, MAX]` (`dht/Range`: a range excludes its left bound).
+    Tokens(Vec<Token>),
+    /// About equal bytes of Data.db in each of N children, cut at partition boundaries.
+    Parts(usize),
+    /// Anticompaction: partitions in `full` ranges, in `transient` ranges, and the rest.
+    Ranges(RepairedRanges),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RepairedRanges {
+    pub full: Vec<TokenRange>,
+    pub transient: Vec<TokenRange>,
+    pub session: RepairSession,
+}
+
+/// Where repaired data goes: straight to repaired (3.x style), or pending a session (4.0+
+/// incremental repair; `CompactionManager.antiCompactGroup`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepairSession {
+    RepairedAt(i64),
+    Pending([u8; 16]),
+}
+
+/// Which anticompaction writer a partition goes to (`CompactionManager.antiCompactGroup`:
+/// full ranges are checked first, then transient, else unrepaired).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Label {
+    Full,
+    Transient,
+    Unrepaired,
+}
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Label::Full => "full",
+            Label::Transient => "transient",
+            Label::Unrepaired => "unrepaired",
+        })
+    }
+}
+
+/// The repair triple of Statistics.db STATS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairTriple {
+    pub repaired_at: i64,
+    pub pending_repair: Option<[u8; 16]>,
+    pub is_transient: bool,
+}
+
+impl RepairTriple {
+    /// `SSTable.validateRepairedMetadata`: a pending session excludes repairedAt, and only
+    /// data pending a session can be transient.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.pending_repair.is_some() && self.repaired_at != 0 {
+            return Err(format!(
+                "repairedAt {} with a pending repair session: Cassandra requires repairedAt = 0 while a session is pending",
+                self.repaired_at
+            ));
+        }
+        if self.is_transient && self.pending_repair.is_none() {
+            return Err(
+                "isTransient without a pending repair session: only pending data can be transient"
+                    .into(),
+            );
+        }
+        if self.repaired_at < 0 {
+            return Err(format!("repairedAt {} is negative", self.repaired_at));
+        }
+        Ok(())
+    }
+}
+
+impl RepairedRanges {
+    pub fn validate(&self, p: Partitioner) -> Result<(), String> {
+        if let RepairSession::RepairedAt(ms) = self.session {
+            if ms <= 0 {
+                return Err(format!(
+                    "--repaired-at {ms}: expected milliseconds since the epoch, > 0"
+                ));
+            }
+            if !self.transient.is_empty() {
+                return Err("transient ranges need --pending-repair: transient replicas' data is never marked repaired directly".into());
+            }
+        }
+        for (what, ranges) in [("range", &self.full), ("transient range", &self.transient)] {
+            for r in ranges.iter() {
+                if r.left == r.right && ranges.len() > 1 {
+                    return Err(format!(
+                        "{what} ({}, {}] is the whole ring and overlaps the others",
+                        r.left, r.right
+                    ));
+                }
+            }
+        }
+        // A token must not be both full and transient: Cassandra checks full first, but
+        // a session never declares such ranges, so refuse the ambiguity.
+        for f in &self.full {
+            for t in &self.transient {
+                if ranges_intersect(p, f, t) {
+                    return Err(format!(
+                        "full range ({}, {}] and transient range ({}, {}] overlap",
+                        f.left, f.right, t.left, t.right
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn label(&self, p: Partitioner, t: &Token) -> Label {
+        if self.full.iter().any(|r| r.contains(p, t)) {
+            Label::Full
+        } else if self.transient.iter().any(|r| r.contains(p, t)) {
+            Label::Transient
+        } else {
+            Label::Unrepaired
+        }
+    }
+
+    /// The triple a label's children carry.
+    pub fn triple(&self, label: Label) -> RepairTriple {
+        match (label, self.session) {
+            (Label::Full, RepairSession::RepairedAt(ms)) => RepairTriple {
+                repaired_at: ms,
+                pending_repair: None,
+                is_transient: false,
+            },
+            (Label::Full, RepairSession::Pending(u)) => RepairTriple {
+                repaired_at: 0,
+                pending_repair: Some(u),
+                is_transient: false,
+            },
+            (Label::Transient, RepairSession::Pending(u)) => RepairTriple {
+                repaired_at: 0,
+                pending_repair: Some(u),
+                is_transient: true,
+            },
+            // Refused by validate(); treat as unrepaired rather than invent a triple.
+            (Label::Transient, RepairSession::RepairedAt(_)) | (Label::Unrepaired, _) => {
+                RepairTriple {
+                    repaired_at: 0,
+                    pending_repair: None,
+                    is_transient: false,
+                }
+            }
+        }
+    }
+}
+
+/// Whether two `(l, r]` ranges share a token, by unwrapping each into at most two
+/// non-wrapping pieces.
+fn ranges_intersect(p: Partitioner, a: &TokenRange, b: &TokenRange) -> bool {
+    let pieces = |r: &TokenRange| -> Vec<(Token, Option<Token>)> {
+        // (left, right] with right None meaning "to the end of the ring".
+        if r.left == r.right {
+            vec![(p.min_token(), None)]
+        } else if r.right == p.min_token() {
+            vec![(r.left.clone(), None)]
+        } else if r.left < r.right {
+            vec![(r.left.clone(), Some(r.right.clone()))]
+        } else {
+            vec![
+                (r.left.clone(), None),
+                (p.min_token(), Some(r.right.clone())),
+            ]
+        }
+    };
+    for (al, ar) in pieces(a) {
+        for (bl, br) in pieces(b) {
+            // Intersect (al, ar] and (bl, br]: max(left) < min(right).
+            let left = if al > bl { al.clone() } else { bl.clone() };
+            let right = match (&ar, &br) {
+                (None, None) => None,
+                (Some(x), None) | (None, Some(x)) => Some(x.clone()),
+                (Some(x), Some(y)) => Some(if x < y { x.clone() } else { y.clone() }),
+            };
+            if right.is_none_or(|r| left < r) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Checks explicit boundaries: strictly increasing, no minimum token (which no key has).
+pub fn validate_boundaries(p: Partitioner, b: &[Token]) -> Result<(), String> {
+    if b.is_empty() {
+        return Err("no token boundaries given".into());
+    }
+    for w in b.windows(2) {
+        if w[0] >= w[1] {
+            return Err(format!(
+                "token boundaries must be strictly increasing: {} is not below {}",
+                w[0], w[1]
+            ));
+        }
+    }
+    if b[0] == p.min_token() {
+        return Err(format!(
+            "boundary {} is the partitioner's minimum token; no key sorts at or below it",
+            b[0]
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(v: i64) -> Token {
+        Token::Murmur3(v)
+    }
+
+    #[test]
+    fn triples_follow_cassandra_invariants() {
+        let u = [7u8; 16];
+        let r = RepairedRanges {
+            full: vec![],
+            transient: vec![],
+            session: RepairSession::Pending(u),
+        };
+        for l in [Label::Full, Label::Transient, Label::Unrepaired] {
+            r.triple(l).validate().unwrap();
+        }
+        assert!(r.triple(Label::Transient).is_transient);
+        let bad = RepairTriple {
+            repaired_at: 5,
+            pending_repair: Some(u),
+            is_transient: false,
+        };
+        assert!(bad.validate().is_err());
+        let bad = RepairTriple {
+            repaired_at: 0,
+            pending_repair: None,
+            is_transient: true,
+        };
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn rejects_transient_with_repaired_at_and_overlaps() {
+        let p = Partitioner::Murmur3;
+        let r = RepairedRanges {
+            full: vec![TokenRange::new(m(0), m(10))],
+            transient: vec![TokenRange::new(m(5), m(20))],
+            session: RepairSession::Pending([1; 16]),
+        };
+        assert!(r.validate(p).unwrap_err().contains("overlap"));
+        let r = RepairedRanges {
+            full: vec![TokenRange::new(m(0), m(10))],
+            transient: vec![TokenRange::new(m(10), m(20))],
+            session: RepairSession::RepairedAt(1),
+        };
+        assert!(r.validate(p).unwrap_err().contains("pending-repair"));
+        let ok = RepairedRanges {
+            session: RepairSession::Pending([1; 16]),
+            ..r
+        };
+        ok.validate(p).unwrap();
+        // Wrapping ranges intersect across the ring's end.
+        assert!(ranges_intersect(
+            p,
+            &TokenRange::new(m(100), m(-100)),
+            &TokenRange::new(m(-200), m(-150))
+        ));
+        assert!(!ranges_intersect(
+            p,
+            &TokenRange::new(m(100), m(-100)),
+            &TokenRange::new(m(-100), m(100))
+        ));
+    }
+
+    #[test]
+    fn boundaries_must_increase() {
+        let p = Partitioner::Murmur3;
+        assert!(validate_boundaries(p, &[m(1), m(1)]).is_err());
+        assert!(validate_boundaries(p, &[m(2), m(1)]).is_err());
+        assert!(validate_boundaries(p, &[m(i64::MIN)]).is_err());
+        validate_boundaries(p, &[m(-5), m(7)]).unwrap();
+    }
+}
