@@ -246,52 +246,42 @@ struct Record {
     path: String,
 }
 
+fn parse_line(line: &str) -> Option<(String, String, i64, i32, String)> {
+    let (kind, rest) = line.split_once(":[")?;
+    let (fields, crc) = rest.split_once("][")?;
+    let crc = crc.strip_suffix(']')?;
+    let mut f = fields.splitn(3, ',');
+    let (path, t, n) = (f.next()?, f.next()?, f.next()?);
+    Some((
+        kind.to_ascii_uppercase(),
+        path.to_string(),
+        t.parse().ok()?,
+        n.parse().ok()?,
+        crc.to_string(),
+    ))
+}
+
 fn parse_log(log: &Path) -> Result<(Vec<Record>, bool)> {
     let text = fs::read_to_string(log).map_err(io_err(log))?;
+    let lines: Vec<&str> = text.lines().collect();
     let mut recs = Vec::new();
     let mut committed = false;
-    for (i, line) in text.lines().enumerate() {
-        let bad = || {
-            FormatError::corrupt(
-                log,
-                None,
-                format!(
-                    "line {}: expected TYPE:[path,time,files][crc], found {line:?}",
-                    i + 1
-                ),
-            )
-        };
-        let (kind, rest) = line.split_once(":[").ok_or_else(bad)?;
-        let (fields, crc) = rest.split_once("][").ok_or_else(bad)?;
-        let crc = crc.strip_suffix(']').ok_or_else(bad)?;
-        let mut f = fields.splitn(3, ',');
-        let (path, t, n) = (
-            f.next().ok_or_else(bad)?,
-            f.next().ok_or_else(bad)?,
-            f.next().ok_or_else(bad)?,
-        );
-        let t: i64 = t.parse().map_err(|_| bad())?;
-        let n: i32 = n.parse().map_err(|_| bad())?;
-        let kind = kind.to_ascii_uppercase();
-        if log_record(&kind, path, t, n) != format!("{kind}:[{fields}][{crc}]") {
-            // A torn last line (crash while appending) is what Cassandra also tolerates:
-            // the transaction is then incomplete.
-            if i + 1 == text.lines().count() {
+    for (i, line) in lines.iter().enumerate() {
+        let ok = parse_line(line).filter(|(kind, path, t, n, crc)| {
+            log_record(kind, path, *t, *n).ends_with(&format!("[{crc}]"))
+        });
+        let Some((kind, path, _, _, _)) = ok else {
+            // A torn last line (a crash while appending) leaves the transaction incomplete,
+            // as Cassandra's LogFile also reads it; anything earlier is corruption.
+            if i + 1 == lines.len() {
                 break;
             }
-            return Err(FormatError::corrupt(
-                log,
-                None,
-                format!("line {}: checksum does not match", i + 1),
-            ));
-        }
+            return Err(FormatError::corrupt(log, None, format!("line {}: expected TYPE:[path,time,files][crc] with a matching checksum, found {line:?}", i + 1)));
+        };
         match kind.as_str() {
             "COMMIT" => committed = true,
             "ABORT" => committed = false,
-            _ => recs.push(Record {
-                kind,
-                path: path.to_string(),
-            }),
+            _ => recs.push(Record { kind, path }),
         }
     }
     Ok((recs, committed))
