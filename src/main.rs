@@ -27,6 +27,8 @@ enum Command {
     Verify(cli::split::VerifyArgs),
     /// Finish or roll back an interrupted `split --publish replace` in a table directory.
     Recover(cli::split::RecoverArgs),
+    /// Write a valid BIG SSTable of a simple table (tests and benchmarks).
+    Gen(cli::gen::GenArgs),
     /// Measure throughput and memory (see docs/benchmarks.md).
     Bench(cli::bench::BenchArgs),
 }
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
         Command::Split(a) => cli::split::run(a),
         Command::Verify(a) => cli::split::verify(a),
         Command::Recover(a) => cli::split::recover(a),
+        Command::Gen(a) => cli::gen::run(a),
         Command::Bench(a) => cli::bench::run(a),
     };
     match result {
