@@ -176,9 +176,12 @@ impl<R: Read> IndexReader<R> {
         };
         let size_at = p;
         p += n;
-        let end = (p as u64)
-            .checked_add(size)
-            .filter(|e| self.offset + e <= self.file_len);
+        // Checked twice: a size near u64::MAX must be reported, not overflow.
+        let end = (p as u64).checked_add(size).filter(|e| {
+            self.offset
+                .checked_add(*e)
+                .is_some_and(|x| x <= self.file_len)
+        });
         let Some(end) = end else {
             return Err(self.corrupt(
                 self.offset + size_at as u64,
@@ -386,6 +389,25 @@ mod tests {
         let out = w.finish().unwrap();
         let mut r = IndexReader::from_bytes(Path::new("i"), &out);
         assert_eq!(r.next_entry().unwrap().unwrap().position, 70_000 - 65_536);
+    }
+
+    #[test]
+    fn huge_promoted_index_size_is_corrupt_not_overflow() {
+        // Found by fuzz/fuzz_targets/index.rs: a second entry whose promoted index size
+        // is just below u64::MAX overflowed `offset + end` instead of being reported.
+        let mut bytes = build(&[(b"a", 0, b"")]);
+        assert_eq!(bytes.len(), 5);
+        bytes.extend_from_slice(&[0, 1, b'b', 1]);
+        bytes.put_uvint(u64::MAX - 13);
+        let mut r = IndexReader::from_bytes(Path::new("i"), &bytes);
+        r.next_entry().unwrap();
+        let e = r.next_entry().unwrap_err();
+        assert_eq!(e.kind(), "corrupt");
+        let e = e.to_string();
+        assert!(
+            e.contains("offset 9") && e.contains("runs past the end of Index.db"),
+            "{e}"
+        );
     }
 
     #[test]
