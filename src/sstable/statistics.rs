@@ -871,6 +871,16 @@ impl Statistics {
                 ));
             }
             let end = by_offset.get(i + 1).map_or(bytes.len(), |n| n.1);
+            if end > bytes.len() {
+                return Err(FormatError::corrupt(
+                    file,
+                    Some(*off as u64),
+                    format!(
+                        "metadata component {t} ends at {end}, where the next one starts: past the end of the file ({} bytes)",
+                        bytes.len()
+                    ),
+                ));
+            }
             let body_end = if checksummed {
                 end.checked_sub(4)
             } else {
@@ -1003,6 +1013,51 @@ impl Statistics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checksummed (`na`+) container whose table is `entries` (type, offset), with
+    /// valid count and table CRCs, followed by `body`.
+    fn container(entries: &[(i32, i32)], body: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.put_i32(entries.len() as i32);
+        b.put_u32(crc32fast::hash(&b[0..4]));
+        for (t, off) in entries {
+            b.put_i32(*t);
+            b.put_i32(*off);
+        }
+        let mut h = crc32fast::Hasher::new();
+        h.update(&b[0..4]);
+        h.update(&b[8..]);
+        b.put_u32(h.finalize());
+        b.extend_from_slice(body);
+        b
+    }
+
+    #[test]
+    fn component_offset_past_the_end_is_corrupt() {
+        // Found by fuzz/fuzz_targets/statistics.rs: a component whose successor's offset
+        // lies past the end of the file read its CRC from beyond the end.
+        let v = Version::parse("nb").unwrap();
+        let bytes = container(&[(VALIDATION, 28), (COMPACTION, 34)], &[0; 4]);
+        assert_eq!(bytes.len(), 32);
+        let e = Statistics::parse(Path::new("s"), &bytes, v).unwrap_err();
+        assert_eq!(e.kind(), "corrupt");
+        let e = e.to_string();
+        assert!(
+            e.contains("offset 28") && e.contains("metadata component 0 ends at 34"),
+            "{e}"
+        );
+        // The same past the end of a file that is not checksummed.
+        let v = Version::parse("mc").unwrap();
+        let mut bytes = Vec::new();
+        bytes.put_i32(2);
+        for (t, off) in [(VALIDATION, 20), (COMPACTION, 40)] {
+            bytes.put_i32(t);
+            bytes.put_i32(off);
+        }
+        bytes.extend_from_slice(&[0; 4]);
+        let e = Statistics::parse(Path::new("s"), &bytes, v).unwrap_err();
+        assert_eq!(e.kind(), "corrupt", "{e}");
+    }
 
     #[test]
     fn histogram_offsets_match_cassandra() {
