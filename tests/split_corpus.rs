@@ -1,0 +1,265 @@
+//! The split engine on every real SSTable of the corpus with at least two partitions:
+//! `--parts 2..4` and token boundaries at partition tokens. Every child passes the
+//! independent `sstcheck.py`; children's key sets are disjoint, in token order, and add up
+//! to the parent's; for `na`/`nb`/`oa`, cqlite reads from the children exactly the rows it
+//! reads from the parent.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use cleave::split::execute::{split, DigestPolicy, SplitOptions, SplitReport};
+use cleave::split::plan::Layout;
+use cleave::split::publish::Publish;
+use cleave::split::spec::Cut;
+use cleave::sstable::{hex, SSTable, Token};
+use common::*;
+
+pub fn copy_sstable_to(data_db: &Path, dir: &Path) -> PathBuf {
+    let name = data_db.file_name().unwrap().to_str().unwrap();
+    let prefix = name.strip_suffix("Data.db").unwrap();
+    for e in std::fs::read_dir(data_db.parent().unwrap()).unwrap() {
+        let e = e.unwrap();
+        let n = e.file_name().into_string().unwrap();
+        if n.starts_with(prefix) {
+            let to = dir.join(&n);
+            std::fs::write(&to, std::fs::read(e.path()).unwrap()).unwrap();
+        }
+    }
+    dir.join(name)
+}
+
+fn opts(cut: Cut, out: &Path, layout: Option<Layout>) -> SplitOptions {
+    SplitOptions {
+        cut,
+        layout,
+        allow_padded: false,
+        digest: DigestPolicy::Combine,
+        merge_below_chunks: 8,
+        out_dir: out.to_path_buf(),
+        publish: Publish::Stage,
+        dry_run: false,
+        operation: "split".into(),
+    }
+}
+
+/// Keys (hex) of an sstable in index order.
+fn keys(data: &Path) -> Vec<String> {
+    let t = SSTable::open(data).unwrap();
+    let mut r = t.index_reader().unwrap();
+    let mut v = Vec::new();
+    while let Some(e) = r.next_entry().unwrap() {
+        v.push(hex::encode(e.key));
+    }
+    v
+}
+
+fn tokens(data: &Path) -> Vec<Token> {
+    let t = SSTable::open(data).unwrap();
+    let mut r = t.index_reader().unwrap();
+    let mut v = Vec::new();
+    while let Some(e) = r.next_entry().unwrap() {
+        v.push(t.partitioner.token(e.key));
+    }
+    v
+}
+
+/// sstcheck passes on every child; children's keys concatenated in order equal the parent's.
+fn assert_children_valid(shared: &Path, parent_keys: &[String], report: &SplitReport, what: &str) {
+    let sstcheck = shared.join("tools/sstcheck.py");
+    // One sstcheck process for all children: it prints one JSON object per sstable.
+    let mut args: Vec<&std::ffi::OsStr> = vec![sstcheck.as_os_str()];
+    args.extend(report.children.iter().map(|c| c.path.as_os_str()));
+    let out = std::process::Command::new("python3")
+        .args(&args)
+        .output()
+        .unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines.len(),
+        report.children.len(),
+        "{what}: sstcheck output: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut all = Vec::new();
+    for (c, out) in report.children.iter().zip(&lines) {
+        assert_eq!(
+            out["ok"].as_bool(),
+            Some(true),
+            "{what}: sstcheck rejects {}: {}",
+            c.path.display(),
+            out["errors"]
+        );
+        assert_eq!(out["partitions"].as_u64(), Some(c.partitions), "{what}");
+        let ks = keys(&c.path);
+        assert!(!ks.is_empty(), "{what}: empty child");
+        all.extend(ks);
+        // The independent full check too.
+        let t = SSTable::open(&c.path).unwrap();
+        t.check(cleave::sstable::table::CheckLevel::Full, &mut |_| {})
+            .unwrap_or_else(|e| panic!("{what}: {}: {e}", c.path.display()));
+    }
+    assert_eq!(
+        all, parent_keys,
+        "{what}: children's keys, in order, must be the parent's"
+    );
+    assert!(report.check.ok);
+    assert_eq!(report.check.parent, report.check.children);
+}
+
+fn cqlite_rows(r: &ManifestRow, data: &[&Path]) -> Option<Vec<serde_json::Value>> {
+    let schema = r.schema_file.as_ref()?;
+    let (ks, table) = r.table.split_once('/')?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/cqlite_dump.py");
+    let mut rows = Vec::new();
+    for d in data {
+        let out = python_json(&[
+            script.as_os_str(),
+            "--schema".as_ref(),
+            schema.as_os_str(),
+            "--keyspace".as_ref(),
+            ks.as_ref(),
+            "--table".as_ref(),
+            table.as_ref(),
+            d.as_os_str(),
+        ]);
+        assert!(
+            out.get("error").is_none(),
+            "cqlite on {}: {}",
+            d.display(),
+            out["error"]
+        );
+        rows.extend(out["rows"].as_array().unwrap().iter().cloned());
+    }
+    Some(rows)
+}
+
+fn cqlite_available() -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", "import cqlite"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// The cuts a test runs on every sstable, and the layouts for each.
+#[derive(Clone, Copy)]
+enum Cuts {
+    Parts(usize),
+    TokensAtPartitions,
+}
+
+fn run_corpus(cuts: Cuts, layouts: &[Option<Layout>]) {
+    let Some(shared) = corpus_or_skip("split corpus") else {
+        return;
+    };
+    let cqlite = cqlite_available();
+    if !cqlite {
+        eprintln!("SKIP cqlite comparison: python package cqlite-py is not installed");
+    }
+    let mut splits = 0;
+    let mut cqlite_compared = 0;
+    for r in manifest(&shared)
+        .into_iter()
+        .filter(|r| is_supported_big(r) && !is_damaged(r) && r.partitions >= 2)
+    {
+        let work = tempfile::tempdir().unwrap();
+        let parent = copy_sstable_to(&r.data_db, work.path());
+        let pkeys = keys(&parent);
+        let ptokens = tokens(&parent);
+        let parent_rows = if cqlite && ["na", "nb", "oa"].contains(&r.version.as_str()) {
+            cqlite_rows(&r, &[&parent])
+        } else {
+            None
+        };
+        let (what, cut) = match cuts {
+            Cuts::Parts(n) => (format!("parts {n}"), Cut::Parts(n)),
+            Cuts::TokensAtPartitions => {
+                // Boundaries at partition tokens: after the first, and after every other one.
+                let mut b = vec![ptokens[0].clone()];
+                b.extend(
+                    ptokens
+                        .iter()
+                        .skip(2)
+                        .step_by(2)
+                        .filter(|t| **t != ptokens[0])
+                        .cloned(),
+                );
+                b.dedup();
+                ("tokens at partitions".to_string(), Cut::Tokens(b))
+            }
+        };
+        for layout in layouts {
+            let out = tempfile::tempdir_in(work.path()).unwrap();
+            let label = format!("{} {what} {layout:?}", r.data_db.display());
+            let rep = split(
+                &parent,
+                &opts(cut.clone(), out.path(), *layout),
+                &mut |_| {},
+            )
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+            assert_children_valid(&shared, &pkeys, &rep, &label);
+            if let Some(pr) = &parent_rows {
+                let paths: Vec<&Path> = rep.children.iter().map(|c| c.path.as_path()).collect();
+                let cr = cqlite_rows(&r, &paths).unwrap();
+                assert_eq!(
+                    &cr, pr,
+                    "{label}: cqlite rows from the children differ from the parent's"
+                );
+                cqlite_compared += 1;
+            }
+            if *layout == Some(Layout::Regrid) {
+                for c in &rep.children {
+                    assert_eq!(c.layout, Layout::Regrid);
+                    let t = SSTable::open(&c.path).unwrap();
+                    let mut ir = t.index_reader().unwrap();
+                    assert_eq!(
+                        ir.next_entry().unwrap().unwrap().position,
+                        0,
+                        "regrid has no dead prefix"
+                    );
+                }
+            }
+            splits += 1;
+        }
+        // The parent is untouched.
+        assert_eq!(keys(&parent), pkeys);
+    }
+    eprintln!("{splits} splits checked, {cqlite_compared} compared with cqlite");
+    assert!(splits >= 70 * layouts.len(), "only {splits} splits");
+    if cqlite {
+        assert!(
+            cqlite_compared >= 16 * layouts.len(),
+            "only {cqlite_compared} cqlite comparisons"
+        );
+    }
+}
+
+#[test]
+fn corpus_split_in_2_parts() {
+    run_corpus(Cuts::Parts(2), &[None]);
+}
+
+#[test]
+fn corpus_split_in_3_parts_every_layout() {
+    run_corpus(
+        Cuts::Parts(3),
+        &[None, Some(Layout::Copy), Some(Layout::Regrid)],
+    );
+}
+
+#[test]
+fn corpus_split_in_4_parts() {
+    run_corpus(Cuts::Parts(4), &[None, Some(Layout::Regrid)]);
+}
+
+#[test]
+fn corpus_split_at_partition_tokens_every_layout() {
+    run_corpus(
+        Cuts::TokensAtPartitions,
+        &[None, Some(Layout::Copy), Some(Layout::Regrid)],
+    );
+}
