@@ -168,22 +168,33 @@ fn row_bytes(c: i32, value: &[u8], prev_size: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(&body);
 }
 
-/// Chunks Data.db bytes as they come: LZ4 chunks with CRC trailers, or plain bytes with
-/// CRC.db blocks of 64 KiB.
+/// Chunks Data.db bytes as they come: LZ4 chunks with CRC trailers (compressed in batches
+/// on every core, written in order), or plain bytes with CRC.db blocks of 64 KiB.
 struct DataSink {
     path: PathBuf,
     out: BufWriter<File>,
     chunk: Option<u32>,
+    /// Full chunks waiting to be compressed, and the partial one being filled.
+    batch: Vec<Vec<u8>>,
     buf: Vec<u8>,
     offsets: Vec<u64>,
     crcs: Vec<u32>,
     file_pos: u64,
     data_len: u64,
     digest: crc32fast::Hasher,
-    scratch: Vec<u8>,
+}
+
+/// What the sink wrote.
+struct DataWritten {
+    offsets: Vec<u64>,
+    crcs: Vec<u32>,
+    data_len: u64,
+    file_bytes: u64,
+    digest: u32,
 }
 
 const CRC_BLOCK: usize = 64 * 1024;
+const BATCH_CHUNKS: usize = 256;
 
 impl DataSink {
     fn write_file(&mut self, b: &[u8]) -> Result<()> {
@@ -195,25 +206,70 @@ impl DataSink {
         Ok(())
     }
 
-    fn flush_chunk(&mut self) -> Result<()> {
-        let buf = std::mem::take(&mut self.buf);
+    /// Compresses the batch on all cores and writes the chunks in order.
+    fn flush_batch(&mut self) -> Result<()> {
+        let batch = std::mem::take(&mut self.batch);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 8);
+        let per = batch.len().div_ceil(threads);
+        let path = self.path.clone();
+        let compressed: Vec<Result<Vec<u8>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = batch
+                .chunks(per)
+                .map(|part| {
+                    let path = path.clone();
+                    scope.spawn(move || {
+                        part.iter()
+                            .map(|c| {
+                                let mut out = Vec::new();
+                                Codec::Lz4.compress(&path, c, &mut out)?;
+                                Ok(out)
+                            })
+                            .collect::<Vec<Result<Vec<u8>>>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        if compressed.len() != batch.len() {
+            return Err(FormatError::corrupt(
+                &self.path,
+                None,
+                "a compression thread failed",
+            ));
+        }
+        for payload in compressed {
+            let payload = payload?;
+            self.offsets.push(self.file_pos);
+            let crc = crc32fast::hash(&payload);
+            self.write_file(&payload)?;
+            self.write_file(&crc.to_be_bytes())?;
+        }
+        Ok(())
+    }
+
+    fn close_unit(&mut self) -> Result<()> {
+        let unit = self.unit();
+        let buf = std::mem::replace(&mut self.buf, Vec::with_capacity(unit));
         match self.chunk {
             Some(_) => {
-                let mut payload = std::mem::take(&mut self.scratch);
-                Codec::Lz4.compress(&self.path, &buf, &mut payload)?;
-                self.offsets.push(self.file_pos);
-                let crc = crc32fast::hash(&payload);
-                self.write_file(&payload)?;
-                self.write_file(&crc.to_be_bytes())?;
-                self.scratch = payload;
+                self.batch.push(buf);
+                if self.batch.len() >= BATCH_CHUNKS {
+                    self.flush_batch()?;
+                }
             }
             None => {
                 self.crcs.push(crc32fast::hash(&buf));
                 self.write_file(&buf)?;
             }
         }
-        self.buf = buf;
-        self.buf.clear();
         Ok(())
     }
 
@@ -228,16 +284,17 @@ impl DataSink {
             self.buf.extend_from_slice(&b[..take]);
             b = &b[take..];
             if self.buf.len() == self.unit() {
-                self.flush_chunk()?;
+                self.close_unit()?;
             }
         }
         Ok(())
     }
 
-    fn finish(mut self) -> Result<(Vec<u64>, Vec<u32>, u64, u64, u32)> {
+    fn finish(mut self) -> Result<DataWritten> {
         if !self.buf.is_empty() {
-            self.flush_chunk()?;
+            self.close_unit()?;
         }
+        self.flush_batch()?;
         self.out
             .flush()
             .map_err(|e| FormatError::io(&self.path, e))?;
@@ -246,13 +303,13 @@ impl DataSink {
             .into_inner()
             .map_err(|e| FormatError::io(&self.path, e.into_error()))?;
         f.sync_all().map_err(|e| FormatError::io(&self.path, e))?;
-        Ok((
-            self.offsets,
-            self.crcs,
-            self.data_len,
-            self.file_pos,
-            self.digest.finalize(),
-        ))
+        Ok(DataWritten {
+            offsets: self.offsets,
+            crcs: self.crcs,
+            data_len: self.data_len,
+            file_bytes: self.file_pos,
+            digest: self.digest.finalize(),
+        })
     }
 }
 
@@ -317,13 +374,13 @@ pub fn generate(o: &GenOptions, progress: &mut dyn FnMut(u64)) -> Result<GenRepo
         path: data_path.clone(),
         out: BufWriter::with_capacity(4 << 20, f),
         chunk: o.chunk_length,
+        batch: Vec::new(),
         buf: Vec::with_capacity(o.chunk_length.unwrap_or(CRC_BLOCK as u32) as usize),
         offsets: Vec::new(),
         crcs: Vec::new(),
         file_pos: 0,
         data_len: 0,
         digest: crc32fast::Hasher::new(),
-        scratch: Vec::new(),
     };
     let index_path = desc.path(&Component::Index);
     let fi = File::create(&index_path).map_err(|e| FormatError::io(&index_path, e))?;
@@ -382,7 +439,13 @@ pub fn generate(o: &GenOptions, progress: &mut dyn FnMut(u64)) -> Result<GenRepo
         .into_inner()
         .map_err(|e| FormatError::io(&index_path, e.into_error()))?;
     fi.sync_all().map_err(|e| FormatError::io(&index_path, e))?;
-    let (offsets, crcs, data_len, file_bytes, digest) = sink.finish()?;
+    let DataWritten {
+        offsets,
+        crcs,
+        data_len,
+        file_bytes,
+        digest,
+    } = sink.finish()?;
 
     let mut toc = vec![Component::Data, Component::Index];
     if let Some(chunk) = o.chunk_length {
