@@ -3,5 +3,6 @@
 
 pub mod copy;
 pub mod fs;
+pub mod loopfs;
 pub mod proc;
 pub mod reflink;
