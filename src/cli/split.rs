@@ -51,7 +51,12 @@ pub struct SplitArgs {
     #[arg(long, requires = "ranges")]
     pub transient_ranges: Option<PathBuf>,
     /// Repaired data is marked repaired at this time (ms since the epoch).
-    #[arg(long, requires = "ranges", conflicts_with = "pending_repair")]
+    #[arg(
+        long,
+        requires = "ranges",
+        conflicts_with = "pending_repair",
+        allow_hyphen_values = true
+    )]
     pub repaired_at: Option<i64>,
     /// Repaired data is pending this incremental-repair session (UUID).
     #[arg(long, requires = "ranges")]

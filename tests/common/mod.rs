@@ -122,3 +122,93 @@ pub fn python_json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
 pub fn cleave_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cleave"))
 }
+
+/// A loop-mounted XFS (reflink=1), or `None` with the reason printed.
+pub fn xfs_or_skip(test: &str, size: u64) -> Option<cleave::io::loopfs::LoopMount> {
+    if let Some(why) = cleave::io::loopfs::unavailable_reason() {
+        eprintln!("SKIP {test}: {why}");
+        return None;
+    }
+    let parent = std::env::temp_dir();
+    Some(cleave::io::loopfs::LoopMount::new(&parent, size, "xfs").expect("mount a loop XFS"))
+}
+
+/// Runs `cleave` with args; returns stdout as JSON, panicking with stderr on failure.
+pub fn cleave_json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let out = Command::new(cleave_bin())
+        .args(args)
+        .output()
+        .expect("cleave runs");
+    assert!(
+        out.status.success(),
+        "cleave {:?} failed: {}",
+        args,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("cleave {args:?}: not JSON ({e})"))
+}
+
+/// Runs `cleave` expecting failure; returns stderr.
+pub fn cleave_fails(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(cleave_bin())
+        .args(args)
+        .output()
+        .expect("cleave runs");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "cleave {args:?} should fail cleanly: {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+/// sstcheck.py on each path; panics unless every one is ok.
+pub fn sstcheck_all(shared: &Path, paths: &[PathBuf]) -> Vec<serde_json::Value> {
+    let sstcheck = shared.join("tools/sstcheck.py");
+    let mut args: Vec<&std::ffi::OsStr> = vec![sstcheck.as_os_str()];
+    args.extend(paths.iter().map(|p| p.as_os_str()));
+    let out = Command::new("python3").args(&args).output().unwrap();
+    let v: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        v.len(),
+        paths.len(),
+        "sstcheck: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (p, r) in paths.iter().zip(&v) {
+        assert_eq!(
+            r["ok"].as_bool(),
+            Some(true),
+            "sstcheck rejects {}: {}",
+            p.display(),
+            r["errors"]
+        );
+    }
+    v
+}
+
+/// The files of a directory, recursively, with their bytes: to prove a failed command
+/// changed nothing.
+pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut v = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let b = std::fs::read(&p).unwrap();
+                v.push((p, b));
+            }
+        }
+    }
+    v.sort();
+    v
+}
