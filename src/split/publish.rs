@@ -187,6 +187,15 @@ pub fn processes_holding(data_root: &Path) -> Vec<(u32, String)> {
     found
 }
 
+/// Crash injection for tests: `CLEAVE_CRASH_AT=<point>` aborts the process at that point of
+/// `replace` (logged, renamed, committed), as a power cut or a SIGKILL would.
+fn crash_point(point: &str) {
+    if std::env::var("CLEAVE_CRASH_AT").is_ok_and(|p| p == point) {
+        eprintln!("cleave: CLEAVE_CRASH_AT={point}: aborting");
+        std::process::abort();
+    }
+}
+
 /// `Replace`: ADD children, REMOVE parent, move children in, COMMIT, delete the parent,
 /// delete the log. Before COMMIT a crash rolls back to the parent; after it, forward to the
 /// children.
@@ -226,6 +235,7 @@ pub fn replace(
         ),
     )?;
     sync_dir(table_dir).map_err(io_err(table_dir))?;
+    crash_point("logged");
     for c in children {
         for f in sstable_files(staging, c)? {
             let to = table_dir.join(f.file_name().unwrap_or_default());
@@ -233,7 +243,9 @@ pub fn replace(
         }
     }
     sync_dir(table_dir).map_err(io_err(table_dir))?;
+    crash_point("renamed");
     append_line(&log, &log_record("COMMIT", "", 0, 0))?;
+    crash_point("committed");
     finish_commit(&log, table_dir)?;
     fs::remove_dir(staging).map_err(io_err(staging))?;
     sync_dir(table_dir).map_err(io_err(table_dir))?;
