@@ -9,13 +9,27 @@
 # override); tests that need them print why they skip when they are absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
+export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"
 
 step() { printf '\n==> %s\n' "$*"; }
 
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  step "system packages: xfsprogs (loop XFS with reflink for the zero-copy tests)"
+  if ! command -v mkfs.xfs >/dev/null || ! command -v mkfs.ext4 >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xfsprogs e2fsprogs >/dev/null
+  fi
+else
+  echo "not root or no apt-get: tests that mount a loop XFS will say why they skip"
+fi
+
 step "python test dependencies (tests/py/requirements.txt)"
-python3 -m pip install --quiet --disable-pip-version-check -r tests/py/requirements.txt 2>&1 \
-  | grep -v -e "Running pip as the 'root' user" -e "^$" || true
+pip_log="$(mktemp)"
+if ! python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    -r tests/py/requirements.txt >"$pip_log" 2>&1; then
+  cat "$pip_log"; rm -f "$pip_log"; exit 1
+fi
+rm -f "$pip_log"
 
 step "cargo fmt --check"
 cargo fmt --check
@@ -23,8 +37,8 @@ cargo fmt --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --all-targets -- -D warnings
 
-step "cargo test"
-cargo test --all-targets 2>&1 | tee "${TMPDIR:-/tmp}/cleave-test.log"
+step "cargo test (release: the corpus and XFS tests move real bytes)"
+cargo test --release --all-targets 2>&1 | tee "${TMPDIR:-/tmp}/cleave-test.log"
 
 fuzz_seconds="${CLEAVE_FUZZ_SECONDS:-10}"
 if [ "$fuzz_seconds" != 0 ] && [ -x scripts/fuzz.sh ]; then
