@@ -19,6 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Generate a table, anticompact it, check the children: the main job on a default.
+    Demo(cli::demo::DemoArgs),
     /// Describe an SSTable and check every component against the others.
     Inspect(cli::inspect::InspectArgs),
     /// Split an SSTable by token range into children that share the parent's chunks.
@@ -36,6 +38,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(a) => cli::demo::run(a),
         Command::Inspect(a) => cli::inspect::run(a),
         Command::Split(a) => cli::split::run(a),
         Command::Verify(a) => cli::split::verify(a),
