@@ -5,5 +5,6 @@
 
 pub mod gen;
 pub mod io;
+pub mod operator;
 pub mod split;
 pub mod sstable;

@@ -21,6 +21,10 @@ struct Cli {
 enum Command {
     /// Generate a table, anticompact it, check the children: the main job on a default.
     Demo(cli::demo::DemoArgs),
+    /// Print the CustomResourceDefinitions (AnticompactionJob, RangeStream).
+    Crd,
+    /// The sidecar: reconcile this node's AnticompactionJobs and RangeStreams.
+    Run(cli::run::RunArgs),
     /// Describe an SSTable and check every component against the others.
     Inspect(cli::inspect::InspectArgs),
     /// Split an SSTable by token range into children that share the parent's chunks.
@@ -39,6 +43,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(a) => cli::demo::run(a),
+        Command::Crd => cli::crd::run(),
+        Command::Run(a) => cli::run::run(a),
         Command::Inspect(a) => cli::inspect::run(a),
         Command::Split(a) => cli::split::run(a),
         Command::Verify(a) => cli::split::verify(a),

@@ -1,8 +1,10 @@
 //! Subcommands: argument parsing and presentation only; the work is in the library.
 
 pub mod bench;
+pub mod crd;
 pub mod demo;
 pub mod gen;
 pub mod inspect;
 pub mod progress;
+pub mod run;
 pub mod split;

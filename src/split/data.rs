@@ -589,7 +589,7 @@ pub fn write_regrid(
                 let p = encode_chunk(out_path, &ci, &buf)?;
                 offsets.push(out.chunk(&p)?);
             }
-            if total % l == 0 {
+            if total.is_multiple_of(l) {
                 let p = extra_chunk(out_path, &ci)?;
                 offsets.push(out.chunk(&p)?);
             }

@@ -280,7 +280,7 @@ pub fn geometry(first_position: u64, end_position: u64, unit: u64) -> Geometry {
         last_chunk,
         dead_prefix: first_position - base,
         data_length,
-        extra_chunk: data_length % unit == 0,
+        extra_chunk: data_length.is_multiple_of(unit),
     }
 }
 

@@ -58,7 +58,7 @@ impl ChunkChecksums {
         if chunk_size <= 0 {
             return Err(r.corrupt_at(at, format!("chunk size: expected > 0, found {chunk_size}")));
         }
-        if r.remaining() % 4 != 0 {
+        if !r.remaining().is_multiple_of(4) {
             return Err(r.corrupt(format!(
                 "{} bytes of CRCs is not a whole number of int32s",
                 r.remaining()

@@ -182,7 +182,7 @@ impl SummaryBuilder {
     }
 
     pub fn add(&mut self, key: &[u8], index_position: u64) {
-        if self.keys % self.min_index_interval as u64 == 0 {
+        if self.keys.is_multiple_of(self.min_index_interval as u64) {
             self.entries.push(SummaryEntry {
                 key: key.to_vec(),
                 index_position: index_position as i64,

@@ -81,7 +81,7 @@ impl Partitioner {
                 Ok(Token::Random(RandomToken::Value(v)))
             }
             Partitioner::ByteOrdered => {
-                if s.len() % 2 != 0 {
+                if !s.len().is_multiple_of(2) {
                     return Err(format!(
                         "{s:?} is not a ByteOrdered token (an even number of hex digits)"
                     ));

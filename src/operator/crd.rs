@@ -1,0 +1,241 @@
+//! The custom resources, group `cleave.dev`, version `v1alpha1`, both namespaced:
+//! `AnticompactionJob` (split a node's sstables into repaired / pending / unrepaired
+//! children) and `RangeStream` (send the part of a node's sstables covering some ranges to
+//! another node). Status after batch/v1 Job and cass-operator's CassandraTask.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `(start, end]`, tokens as decimal strings (Murmur3, Random) or hex (ByteOrdered).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct TokenRange {
+    pub start: String,
+    pub end: String,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Layout {
+    #[default]
+    Auto,
+    Aligned,
+    Padded,
+    Copy,
+    Regrid,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Digest {
+    #[default]
+    Off,
+    Combine,
+    Full,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Publish {
+    /// Children next to the parent in a staging area for `nodetool import`; parent kept.
+    #[default]
+    Stage,
+    /// Children replace the parent atomically (the node's Cassandra must be stopped).
+    Replace,
+}
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "cleave.dev",
+    version = "v1alpha1",
+    kind = "AnticompactionJob",
+    namespaced,
+    status = "JobStatus",
+    shortname = "acj",
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress.summary"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AnticompactionJobSpec {
+    /// The node whose cleave sidecar executes this job.
+    pub node_name: String,
+    /// Cassandra data directory on that node (default: the sidecar's `--data-dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_directory: Option<String>,
+    pub keyspace: String,
+    /// Tables to anticompact; empty = every table of the keyspace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<String>,
+    /// Explicit sstables (Data.db file names); empty = every unrepaired sstable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sstables: Vec<String>,
+    /// Ranges the repair session covered, `(start, end]`.
+    pub ranges: Vec<TokenRange>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transient_ranges: Vec<TokenRange>,
+    /// Mark repaired at this time (ms since the epoch). Exactly one of this and pendingRepair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repaired_at: Option<i64>,
+    /// Incremental-repair session the repaired data is pending on (UUID).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_repair: Option<String>,
+    #[serde(default)]
+    pub layout: Layout,
+    #[serde(default)]
+    pub digest: Digest,
+    #[serde(default)]
+    pub publish: Publish,
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Rate limit for the copy path (bytes/s); sharing is not limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes_per_second: Option<u64>,
+    /// SSTables split at once (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<u32>,
+    /// Delete the job this long after it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<i64>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Destination {
+    pub node_name: String,
+    /// `host:port` of the receiving sidecar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Or a Service (`name` or `name.namespace`) in front of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Import {
+    /// Leave received sstables in the receiver's staging directory.
+    #[default]
+    None,
+    /// Place them in the table's staging directory for an operator's `nodetool import`.
+    Staging,
+    /// Import them into the live table.
+    Import,
+}
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "cleave.dev",
+    version = "v1alpha1",
+    kind = "RangeStream",
+    namespaced,
+    status = "JobStatus",
+    shortname = "rs",
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.sourceNode"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress.summary"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RangeStreamSpec {
+    pub source_node: String,
+    pub destination: Destination,
+    pub keyspace: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<String>,
+    pub ranges: Vec<TokenRange>,
+    #[serde(default)]
+    pub layout: Layout,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes_per_second: Option<u64>,
+    #[serde(default)]
+    pub import: Import,
+}
+
+/// metav1.Condition.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    pub last_transition_time: String,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    pub sstables_total: u64,
+    pub sstables_done: u64,
+    pub bytes_planned: u64,
+    pub bytes_shared: u64,
+    pub bytes_copied: u64,
+    pub bytes_reencoded: u64,
+    pub partitions: u64,
+    /// "done/total" for the printer column.
+    #[serde(default)]
+    pub summary: String,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SSTableResult {
+    pub parent: String,
+    pub children: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_reason: Option<String>,
+    pub bytes_shared: u64,
+    pub bytes_copied: u64,
+    pub bytes_reencoded: u64,
+    pub partitions: u64,
+}
+
+/// Who is executing the job: a worker that stops heartbeating loses it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Worker {
+    pub identity: String,
+    pub heartbeat_time: String,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStatus {
+    /// Pending, Running, Planned, Complete, Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<String>,
+    #[serde(default)]
+    pub progress: Progress,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<SSTableResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<Worker>,
+}
+
+/// Both CRDs as YAML documents, as `cleave crd` prints them and `crds/` holds them.
+pub fn crds_yaml() -> Result<String, serde_norway::Error> {
+    use kube::CustomResourceExt;
+    let mut out = String::new();
+    for crd in [AnticompactionJob::crd(), RangeStream::crd()] {
+        out.push_str("---\n");
+        out.push_str(&serde_norway::to_string(&crd)?);
+    }
+    Ok(out)
+}
