@@ -290,6 +290,12 @@ async fn run<S: Store>(
                 latest = s;
                 latest.worker = Some(Worker { identity: ctx.identity.clone(), heartbeat_time: decide::now_rfc3339() });
                 ctx.store.patch_status(job, &latest).await?;
+                // Crash injection for restart tests: die like a SIGKILL once the first
+                // sstable's result is in status.
+                if latest.progress.sstables_done >= 1 && std::env::var("CLEAVE_CRASH_AT").is_ok_and(|p| p == "job-after-first") {
+                    eprintln!("cleave: CLEAVE_CRASH_AT=job-after-first: aborting");
+                    std::process::abort();
+                }
             }
             _ = beat.tick() => {
                 latest.worker = Some(Worker { identity: ctx.identity.clone(), heartbeat_time: decide::now_rfc3339() });
