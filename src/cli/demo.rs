@@ -1,17 +1,15 @@
 //! `cleave demo`: the main job on an embedded default, on a fresh machine with nothing
-//! else — generate a table, anticompact it (repaired / pending / unrepaired), check the
-//! children against the parent and with the full integrity check, print what happened.
+//! else — generate two sstables, write the AnticompactionJob an incremental repair would
+//! create, run the local reconciler (`cleave run --local`) to completion, print the job's
+//! status and check the children against the parents with the full integrity check.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use cleave::gen::{self, Content, GenOptions};
-use cleave::split::execute::{self, DigestPolicy, SplitOptions};
-use cleave::split::publish::Publish;
-use cleave::split::spec::{Cut, RepairSession, RepairedRanges};
 use cleave::sstable::table::CheckLevel;
-use cleave::sstable::{Partitioner, SSTable, Token, TokenRange, Version};
+use cleave::sstable::{Partitioner, SSTable, Version};
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -53,108 +51,129 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
             tmp.0.clone()
         }
     };
-    let table = dir.join("ks").join("t-6a3f4c2e1d2b11ef9c4e0242ac120002");
+    let data = dir.join("data");
+    let table = data.join("ks").join("t-6a3f4c2e1d2b11ef9c4e0242ac120002");
     std::fs::create_dir_all(&table)?;
-    eprintln!(
-        "cleave demo: generating {} MiB of a Cassandra 4.x (nb) table in {}",
-        a.size >> 20,
-        table.display()
-    );
-    let bar = super::progress::bytes_bar(a.size, "generating");
-    let g = gen::generate(
-        &GenOptions {
-            out: table.clone(),
-            size: a.size,
-            partition_size: 64 << 10,
-            row_size: 4 << 10,
-            version: Version::parse("nb").unwrap_or_else(|| unreachable!()),
-            content: Content::Compressible,
-            chunk_length: Some(16 << 10),
-            partitioner: Partitioner::Murmur3,
-            generation: 1,
-            seed: 21550,
-        },
-        &mut |n| bar.inc(n),
-    )?;
-    bar.finish_and_clear();
-    // A repair session covered two ranges of the ring (one of them transient here).
-    let m = |v: i64| Token::Murmur3(v);
-    let session = *uuid::Uuid::new_v4().as_bytes();
-    let cut = Cut::Ranges(RepairedRanges {
-        full: vec![
-            TokenRange::new(m(i64::MIN), m(-3_000_000_000_000_000_000)),
-            TokenRange::new(m(0), m(3_000_000_000_000_000_000)),
-        ],
-        transient: vec![TokenRange::new(
-            m(-3_000_000_000_000_000_000),
-            m(-1_500_000_000_000_000_000),
-        )],
-        session: RepairSession::Pending(session),
-    });
-    let out = table.join("anticompacted");
-    std::fs::create_dir_all(&out)?;
-    eprintln!(
-        "cleave demo: anticompacting {} into {}",
-        g.data.display(),
-        out.display()
-    );
-    let opts = SplitOptions {
-        cut,
-        layout: None,
-        allow_padded: false,
-        digest: DigestPolicy::Combine,
-        merge_below_chunks: 8,
-        out_dir: out.clone(),
-        publish: Publish::Stage,
-        dry_run: false,
-        operation: "anticompaction".into(),
-    };
-    let report = execute::split(&g.data, &opts, &mut |_| {})?;
-    let mut verified = Vec::new();
-    for c in &report.children {
-        let t = SSTable::open(&c.path)?;
-        let r = t.check(CheckLevel::Full, &mut |_| {})?;
-        verified.push((c.path.clone(), r.partitions));
-    }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!(
-            "parent   {} ({} partitions, {} MiB on disk)",
-            g.data.display(),
-            g.partitions,
-            g.data_file_bytes >> 20
+    // Two sstables of a Cassandra 4.x table, as a node holds them before a repair.
+    let mut parents = Vec::new();
+    for (generation, size) in [(1u32, a.size), (2, a.size / 2)] {
+        eprintln!(
+            "cleave demo: generating {} MiB sstable {generation} in {}",
+            size >> 20,
+            table.display()
         );
-        println!("reflink  {}", report.reflink);
-        for c in &report.children {
+        let bar = super::progress::bytes_bar(size, "generating");
+        let g = gen::generate(
+            &GenOptions {
+                out: table.clone(),
+                size,
+                partition_size: 64 << 10,
+                row_size: 4 << 10,
+                version: Version::parse("nb").unwrap_or_else(|| unreachable!()),
+                content: Content::Compressible,
+                chunk_length: Some(16 << 10),
+                partitioner: Partitioner::Murmur3,
+                generation,
+                seed: 21550 + generation as u64,
+            },
+            &mut |n| bar.inc(n),
+        )?;
+        bar.finish_and_clear();
+        let _ = std::fs::remove_file(&g.schema);
+        parents.push(g);
+    }
+    // The job an incremental repair would create after repairing two ranges, one of them
+    // transient on this node.
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests)?;
+    let session = uuid::Uuid::new_v4();
+    let manifest = format!(
+        "apiVersion: cleave.dev/v1alpha1\nkind: AnticompactionJob\nmetadata:\n  name: demo-repair\nspec:\n  nodeName: demo-node\n  keyspace: ks\n  ranges:\n    - {{start: \"-9223372036854775808\", end: \"-3000000000000000000\"}}\n    - {{start: \"0\", end: \"3000000000000000000\"}}\n  transientRanges:\n    - {{start: \"-3000000000000000000\", end: \"-1500000000000000000\"}}\n  pendingRepair: {session}\n  digest: Combine\n"
+    );
+    let manifest_path = manifests.join("demo-repair.yaml");
+    std::fs::write(&manifest_path, &manifest)?;
+    eprintln!(
+        "cleave demo: wrote {}; running the local reconciler (cleave run --local) to completion",
+        manifest_path.display()
+    );
+    let metrics = cleave::operator::metrics::Metrics::new()?;
+    let ctx = std::sync::Arc::new(cleave::operator::reconcile::Ctx {
+        store: cleave::operator::local::LocalStore {
+            dir: manifests.clone(),
+        },
+        node: "demo-node".into(),
+        identity: super::run::identity("demo-node"),
+        data_dir: data.clone(),
+        metrics,
+        shutdown: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(cleave::operator::local::run(
+        ctx,
+        std::time::Duration::from_millis(200),
+        true,
+    ))?;
+    let status_text = std::fs::read_to_string(manifests.join("demo-repair.status.yaml"))?;
+    let status: cleave::operator::crd::JobStatus = serde_norway::from_str(&status_text)?;
+    // The children's check: each passes the full integrity check, and together they hold
+    // exactly the parents' keys.
+    let mut parents_fp = cleave::sstable::fingerprint::Fingerprint::default();
+    for p in &parents {
+        parents_fp.merge(
+            &SSTable::open(&p.data)?
+                .check(CheckLevel::Index, &mut |_| {})?
+                .fingerprint,
+        );
+    }
+    let mut children_fp = cleave::sstable::fingerprint::Fingerprint::default();
+    let mut children = Vec::new();
+    for r in &status.results {
+        for c in &r.children {
+            let t = SSTable::open(std::path::Path::new(c))?;
+            let rep = t.check(CheckLevel::Full, &mut |_| {})?;
+            children_fp.merge(&rep.fingerprint);
+            let st = t.statistics.stats.as_ref();
+            children.push(serde_json::json!({
+                "path": c,
+                "partitions": rep.partitions,
+                "repairedAt": st.map(|s| s.repaired_at),
+                "pendingRepair": st.and_then(|s| s.pending_repair.flatten()).map(|u| uuid::Uuid::from_bytes(u).to_string()),
+                "isTransient": st.and_then(|s| s.is_transient),
+            }));
+        }
+    }
+    let ok = status.phase.as_deref() == Some("Complete") && parents_fp == children_fp;
+    if a.json {
+        let v = serde_json::json!({"status": status, "children": children, "check": {"parents": parents_fp, "children": children_fp, "ok": ok}});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("# {}", manifests.join("demo-repair.status.yaml").display());
+        print!("{status_text}");
+        println!("# children");
+        for c in &children {
             println!(
-                "child    {} {:<10} {:>6} partitions  repairedAt {} pending {} transient {}  {:?}: shared {} KiB copied {} KiB re-encoded {} KiB{}",
-                c.path.file_name().and_then(|n| n.to_str()).unwrap_or(""),
-                c.label.map(|l| l.to_string()).unwrap_or_default(),
-                c.partitions,
-                c.repaired_at.unwrap_or(0),
-                c.pending_repair.as_deref().unwrap_or("-"),
-                c.is_transient.unwrap_or(false),
-                c.layout,
-                c.bytes_shared >> 10,
-                c.bytes_copied >> 10,
-                c.bytes_reencoded >> 10,
-                c.fallback_reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default()
+                "{}  {} partitions  repairedAt {} pendingRepair {} transient {}",
+                c["path"].as_str().unwrap_or(""),
+                c["partitions"],
+                c["repairedAt"],
+                c["pendingRepair"].as_str().unwrap_or("-"),
+                c["isTransient"]
             );
         }
         println!(
-            "check    parent ({}, {:016x}, {:016x}) = children ({}, {:016x}, {:016x}): {}; every child passes the full check ({} partitions)",
-            report.check.parent.count,
-            report.check.parent.xor,
-            report.check.parent.sum,
-            report.check.children.count,
-            report.check.children.xor,
-            report.check.children.sum,
-            if report.check.ok { "ok" } else { "MISMATCH" },
-            verified.iter().map(|v| v.1).sum::<u64>()
+            "# check: parents ({}, {:016x}, {:016x}) = children ({}, {:016x}, {:016x}): {}; every child passes the full check",
+            parents_fp.count,
+            parents_fp.xor,
+            parents_fp.sum,
+            children_fp.count,
+            children_fp.xor,
+            children_fp.sum,
+            if ok { "ok" } else { "MISMATCH" }
         );
     }
-    Ok(if report.check.ok {
+    Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
