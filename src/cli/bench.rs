@@ -18,6 +18,8 @@ use cleave::io::proc;
 use cleave::sstable::index::{IndexReader, IndexWriter};
 use serde::Serialize;
 
+mod split;
+
 #[derive(clap::Args)]
 pub struct BenchArgs {
     #[command(subcommand)]
@@ -28,6 +30,9 @@ pub struct BenchArgs {
 pub enum BenchKind {
     /// Stream a synthetic Index.db with IndexReader: throughput and peak RSS per entry count.
     Index(IndexBenchArgs),
+    /// Split a generated parent 8 ways in every layout on an XFS loop mount, cold cache,
+    /// against cp and cp --reflink: the CASSANDRA-21550 table (needs root and mkfs.xfs).
+    Split(split::SplitBenchArgs),
 }
 
 /// Options every benchmark kind takes.
@@ -62,6 +67,7 @@ pub struct IndexBenchArgs {
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     match args.kind {
         BenchKind::Index(a) => run_index(a),
+        BenchKind::Split(a) => split::run(a),
     }
 }
 
