@@ -320,7 +320,9 @@ stop_dir() {
 wait_until() {
   local what=$1 pidfile=$2 prog=$3 timeout=$4 deadline=$((SECONDS + $4)); shift 4
   until "$@" >/dev/null 2>&1; do
-    if ! live_pid "$pidfile" "$prog" >/dev/null; then
+    # Liveness by pid, not by program name: right after `cmd &` the child may still be the
+    # forked shell (argv0 bash) until exec, and a loaded machine makes that window long.
+    if ! kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then
       log "$what exited during start-up"
       return 1
     fi

@@ -23,6 +23,13 @@ else
   echo "not root or no apt-get: tests that mount a loop XFS will say why they skip"
 fi
 
+if [ "$(id -u)" = 0 ]; then
+  step "Kubernetes test control plane (scripts/k8s-testenv.sh install; cached after the first build)"
+  scripts/k8s-testenv.sh install
+else
+  echo "not root: the Kubernetes end-to-end test will say why it skips"
+fi
+
 step "python test dependencies (tests/py/requirements.txt)"
 pip_log="$(mktemp)"
 if ! python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \

@@ -174,8 +174,9 @@ pub struct Progress {
     pub bytes_copied: u64,
     pub bytes_reencoded: u64,
     pub partitions: u64,
-    /// "done/total" for the printer column.
-    #[serde(default)]
+    /// "done/total" for the printer column. Never sent empty: a 1.20 apiserver's
+    /// server-side apply turns "" into null and then rejects it as not a string.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub summary: String,
 }
 
@@ -229,13 +230,34 @@ pub struct JobStatus {
     pub worker: Option<Worker>,
 }
 
+/// Removes every `default` from a schema: serde fills defaults on read, and schemars'
+/// defaults for optional and enum fields are not always valid structural defaults (a real
+/// 1.20 apiserver rejects them).
+fn strip_defaults(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.remove("default");
+            for (_, x) in m.iter_mut() {
+                strip_defaults(x);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(strip_defaults),
+        _ => {}
+    }
+}
+
 /// Both CRDs as YAML documents, as `cleave crd` prints them and `crds/` holds them.
 pub fn crds_yaml() -> Result<String, serde_norway::Error> {
     use kube::CustomResourceExt;
     let mut out = String::new();
     for crd in [AnticompactionJob::crd(), RangeStream::crd()] {
+        let mut v = serde_json::to_value(&crd)
+            .map_err(<serde_norway::Error as serde::ser::Error>::custom)?;
+        for version in v["spec"]["versions"].as_array_mut().into_iter().flatten() {
+            strip_defaults(&mut version["schema"]["openAPIV3Schema"]);
+        }
         out.push_str("---\n");
-        out.push_str(&serde_norway::to_string(&crd)?);
+        out.push_str(&serde_norway::to_string(&v)?);
     }
     Ok(out)
 }
