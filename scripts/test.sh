@@ -47,7 +47,9 @@ cargo clippy --quiet --all-targets -- -D warnings
 step "cargo test (release: the corpus and XFS tests move real bytes)"
 cargo test --release --all-targets 2>&1 | tee "${TMPDIR:-/tmp}/cleave-test.log"
 
-fuzz_seconds="${CLEAVE_FUZZ_SECONDS:-10}"
+# The fuzz crate builds the whole library instrumented (about 20 minutes on 2 cores), so CI
+# does not fuzz by default; docs/fuzzing.md has the 60 s runs. CLEAVE_FUZZ_SECONDS=N runs N s each.
+fuzz_seconds="${CLEAVE_FUZZ_SECONDS:-0}"
 if [ "$fuzz_seconds" != 0 ] && [ -x scripts/fuzz.sh ]; then
   step "fuzz smoke: every target for ${fuzz_seconds}s (docs/fuzzing.md has the 60 s runs)"
   scripts/fuzz.sh "$fuzz_seconds"

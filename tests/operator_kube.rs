@@ -320,6 +320,10 @@ fn operator_end_to_end_on_a_real_apiserver() {
     );
     let metrics = http_get(port, "/metrics").unwrap();
     assert!(
+        metrics.contains("cleave_jobs{kind=\"AnticompactionJob\",phase=\"Complete\"}"),
+        "{metrics}"
+    );
+    assert!(
         metrics.contains("cleave_sstables_total{kind=\"AnticompactionJob\",result=\"split\"} 3"),
         "{metrics}"
     );

@@ -184,6 +184,14 @@ fn local_jobs_complete_fail_or_are_ignored_and_metrics_tell() {
         metrics.contains("cleave_bytes_total{kind=\"AnticompactionJob\",what=\"copied\"}")
             || metrics.contains("what=\"shared\"")
     );
+    assert!(
+        metrics.contains("cleave_jobs{kind=\"AnticompactionJob\",phase=\"Complete\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cleave_jobs{kind=\"AnticompactionJob\",phase=\"Failed\"} 1"),
+        "{metrics}"
+    );
     assert!(http_get(port, "/healthz").starts_with("HTTP/1.1 200"));
     assert!(http_get(port, "/readyz").starts_with("HTTP/1.1 200"));
     let events = std::fs::read_to_string(m.join("events.log")).unwrap();

@@ -106,6 +106,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         data_dir: data.clone(),
         metrics,
         shutdown: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        phases: Default::default(),
     });
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

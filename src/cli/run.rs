@@ -73,6 +73,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                     data_dir: a.data_dir.clone(),
                     metrics,
                     shutdown: shutdown.clone(),
+                    phases: Default::default(),
                 });
                 let s = shutdown.clone();
                 tokio::spawn(async move {
@@ -107,6 +108,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                     data_dir: a.data_dir.clone(),
                     metrics,
                     shutdown,
+                    phases: Default::default(),
                 });
                 controller::run(client, a.namespace.clone(), ctx, a.concurrency.max(1)).await?;
             }

@@ -78,6 +78,39 @@ pub struct Ctx<S: Store> {
     pub metrics: Arc<Metrics>,
     /// Set on SIGTERM: running jobs stop after their current sstable.
     pub shutdown: Arc<AtomicBool>,
+    /// Last seen phase of each of this node's resources (`kind/ns/name`), for `cleave_jobs`.
+    pub phases: std::sync::Mutex<std::collections::HashMap<String, (&'static str, String)>>,
+}
+
+fn observe_job<S: Store>(ctx: &Ctx<S>, job: &AnticompactionJob, st: &JobStatus) {
+    let key = format!(
+        "AnticompactionJob/{}/{}",
+        job.namespace().unwrap_or_default(),
+        job.name_any()
+    );
+    observe_phase(ctx, "AnticompactionJob", key, st.phase.clone());
+}
+
+/// Records a resource's phase and recomputes the `cleave_jobs{kind,phase}` gauge.
+pub fn observe_phase<S: Store>(
+    ctx: &Ctx<S>,
+    kind: &'static str,
+    key: String,
+    phase: Option<String>,
+) {
+    let Ok(mut m) = ctx.phases.lock() else { return };
+    match phase {
+        Some(p) => {
+            m.insert(key, (kind, p));
+        }
+        None => {
+            m.remove(&key);
+        }
+    }
+    ctx.metrics.jobs.reset();
+    for (k, p) in m.values() {
+        ctx.metrics.jobs.with_label_values(&[*k, p.as_str()]).inc();
+    }
 }
 
 fn phase_of(s: Option<&JobStatus>) -> String {
@@ -99,7 +132,24 @@ pub async fn reconcile_job<S: Store>(
         &ctx.identity,
         now,
     );
+    let key = format!(
+        "AnticompactionJob/{}/{}",
+        job.namespace().unwrap_or_default(),
+        job.name_any()
+    );
+    if next != Next::Ignore {
+        observe_phase(
+            &ctx,
+            "AnticompactionJob",
+            key.clone(),
+            Some(phase_of(job.status.as_ref())),
+        );
+    }
+    let deleting = next == Next::Delete;
     let result = act(&job, &ctx, next).await;
+    if deleting {
+        observe_phase(&ctx, "AnticompactionJob", key, None);
+    }
     ctx.metrics
         .reconcile_duration
         .with_label_values(&["AnticompactionJob"])
@@ -131,6 +181,7 @@ async fn act<S: Store>(
             let mut st = job.status.clone().unwrap_or_default();
             fail(&mut st, &reason, &message, generation);
             ctx.store.patch_status(job, &st).await?;
+            observe_job(ctx, job, &st);
             ctx.store
                 .event(job, EventType::Warning, &reason, &message)
                 .await;
@@ -193,6 +244,7 @@ async fn run<S: Store>(
         generation,
     );
     ctx.store.patch_status(job, &st).await?;
+    observe_job(ctx, job, &st);
     ctx.store
         .event(
             job,
@@ -335,6 +387,7 @@ async fn run<S: Store>(
             );
             decide::set_condition(&mut st.conditions, cond, true, reason, &message, generation);
             ctx.store.patch_status(job, &st).await?;
+            observe_job(ctx, job, &st);
             ctx.store
                 .event(job, EventType::Normal, reason, &message)
                 .await;
@@ -366,6 +419,7 @@ async fn run<S: Store>(
         Err(f) => {
             fail(&mut st, &f.reason, &f.message, generation);
             ctx.store.patch_status(job, &st).await?;
+            observe_job(ctx, job, &st);
             ctx.store
                 .event(job, EventType::Warning, &f.reason, &f.message)
                 .await;
@@ -426,6 +480,16 @@ pub async fn reconcile_stream<S: Store>(
         }
     }
     ctx.store.patch_stream_status(&s, &st).await?;
+    observe_phase(
+        &ctx,
+        "RangeStream",
+        format!(
+            "RangeStream/{}/{}",
+            s.namespace().unwrap_or_default(),
+            s.name_any()
+        ),
+        st.phase.clone(),
+    );
     Ok(Action::await_change())
 }
 
