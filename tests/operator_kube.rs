@@ -147,7 +147,9 @@ fn http_get(port: u16, path: &str) -> Option<String> {
             std::thread::sleep(Duration::from_millis(200));
             continue;
         };
-        if write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").is_err() {
+        if s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .is_err()
+        {
             continue;
         }
         let mut out = Vec::new();

@@ -109,15 +109,18 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
         };
         let m = metrics.clone();
         tokio::spawn(async move {
-            let mut buf = [0u8; 2048];
-            let n =
-                match tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf))
+            // Read the request head (a client may send it in several writes).
+            let mut buf = Vec::with_capacity(1024);
+            let mut chunk = [0u8; 1024];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+                match tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut chunk))
                     .await
                 {
-                    Ok(Ok(n)) => n,
-                    _ => return,
-                };
-            let req = String::from_utf8_lossy(&buf[..n]);
+                    Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+                    Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let req = String::from_utf8_lossy(&buf);
             let path = req.split_whitespace().nth(1).unwrap_or("/");
             let (code, body, ctype) = match path {
                 "/metrics" => ("200 OK", m.render(), "text/plain; version=0.0.4"),
