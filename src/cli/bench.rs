@@ -75,7 +75,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
 // Shared helpers
 
 /// Median and range of one measured quantity over the iterations.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Stat {
     pub median: f64,
     pub min: f64,

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use cleave::io::loopfs::{self, LoopMount};
 use cleave::io::proc::{self, IoCounters};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{CommonArgs, ScratchDir, Stat};
@@ -87,6 +87,10 @@ pub struct SplitBenchArgs {
     /// Write split.csv, split.json, split.svg and split.md into this directory.
     #[arg(long)]
     pub report_dir: Option<PathBuf>,
+    /// Measure nothing: recompute the tables, targets and plot from a previous run's
+    /// split.json (with --report-dir, rewrite its files).
+    #[arg(long)]
+    pub from_json: Option<PathBuf>,
     #[command(flatten)]
     pub common: CommonArgs,
 }
@@ -94,7 +98,7 @@ pub struct SplitBenchArgs {
 // ---------------------------------------------------------------------------------------
 // Configurations
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum Fs {
     /// The XFS reflink=1 loop mount.
@@ -169,7 +173,7 @@ const COMBINE_RA0: Config = split(
     Fs::Xfs,
 );
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum Content {
     Compressible,
@@ -388,7 +392,7 @@ fn clear_dir(dir: &Path) -> Result<()> {
 }
 
 /// The state of the page cache right before a timed run.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct CacheCheck {
     /// `/proc/meminfo` Cached before and after dropping (cold runs; equal for warm runs).
     cached_before_bytes: u64,
@@ -425,21 +429,21 @@ fn parent_resident(parent_files: &[PathBuf]) -> Result<u64> {
 // ---------------------------------------------------------------------------------------
 // One run
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Fingerprint {
     count: u64,
     xor: String,
     sum: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Run {
     size_bytes: u64,
     partition_size: u64,
     content: Content,
-    config: &'static str,
+    config: String,
     fs: Fs,
-    cache: &'static str,
+    cache: String,
     iteration: u32,
     /// Spawn to exit.
     process_wall_s: f64,
@@ -489,7 +493,7 @@ struct Parent {
     files: Vec<PathBuf>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct ParentInfo {
     size_bytes: u64,
     partition_size: u64,
@@ -653,9 +657,9 @@ fn run_once(
         size_bytes: fx.size,
         partition_size: fx.partition_size,
         content: fx.content,
-        config: config.name,
+        config: config.name.to_string(),
         fs: config.fs,
-        cache: if cold { "cold" } else { "warm" },
+        cache: if cold { "cold" } else { "warm" }.to_string(),
         iteration,
         process_wall_s: m.wall.as_secs_f64(),
         sync_s: sync.as_secs_f64(),
@@ -1065,9 +1069,9 @@ struct Row {
     size_bytes: u64,
     partition_size: u64,
     content: Content,
-    config: &'static str,
+    config: String,
     fs: Fs,
-    cache: &'static str,
+    cache: String,
     runs: usize,
     wall_s: Stat,
     process_wall_s: Stat,
@@ -1135,9 +1139,9 @@ fn aggregate(runs: &[Run]) -> Vec<Row> {
                 size_bytes: x.size_bytes,
                 partition_size: x.partition_size,
                 content: x.content,
-                config: x.config,
+                config: x.config.clone(),
                 fs: x.fs,
-                cache: x.cache,
+                cache: x.cache.clone(),
                 runs: g.len(),
                 wall_s: stat(&|r| r.wall_s),
                 process_wall_s: stat(&|r| r.process_wall_s),
@@ -1250,6 +1254,35 @@ impl Report<'_> {
             .find(|p| p.size_bytes == size && p.partition_size == ps && p.content == content)
     }
 
+    /// CPU seconds of `aligned, no digest` as fixed + b × partitions + c × chunks, solved
+    /// through three cold runs: the smallest and the largest size, and the largest size with
+    /// wide partitions.
+    fn cpu_fit(&self, smallest: u64) -> Option<(f64, f64, f64)> {
+        let a = self.a;
+        let point = |size: u64, ps: u64| {
+            let r = self.row(size, ps, Content::Compressible, ALIGNED.name, "cold")?;
+            let p = self.parent(size, ps, Content::Compressible)?;
+            Some([1.0, p.partitions as f64, p.chunks as f64, r.cpu_s.median])
+        };
+        let m = [
+            point(smallest, a.partition_size)?,
+            point(self.largest, a.partition_size)?,
+            point(self.largest, a.wide_partition_size)?,
+        ];
+        // Cramer's rule; column 3 is the right-hand side.
+        let det = |c: [usize; 3]| {
+            let e = |i: usize, j: usize| m[i][c[j]];
+            e(0, 0) * (e(1, 1) * e(2, 2) - e(1, 2) * e(2, 1))
+                - e(0, 1) * (e(1, 0) * e(2, 2) - e(1, 2) * e(2, 0))
+                + e(0, 2) * (e(1, 0) * e(2, 1) - e(1, 1) * e(2, 0))
+        };
+        let d = det([0, 1, 2]);
+        if d.abs() < 1e-9 {
+            return None;
+        }
+        Some((det([3, 1, 2]) / d, det([0, 3, 2]) / d, det([0, 1, 3]) / d))
+    }
+
     fn targets(&self) -> Vec<Target> {
         let mut t = Vec::new();
         let Some(parent) = self.parent(self.largest, self.a.partition_size, Content::Compressible)
@@ -1320,7 +1353,11 @@ impl Report<'_> {
                         al.wall_s.median, w.wall_s.median, al.cpu_s.median, w.cpu_s.median
                     ),
                     limit: "wall and CPU fall with the partition count at equal bytes".into(),
-                    holds: Some(wr > 1.5 && cr > 1.5),
+                    holds: match (wr > 1.5, cr > 1.5) {
+                        (true, true) => Some(true),
+                        (false, false) => Some(false),
+                        _ => None,
+                    },
                     margin: format!(
                         "wall per partition {:.1} µs vs {:.1} µs",
                         al.wall_s.median / parent.partitions as f64 * 1e6,
@@ -1511,7 +1548,7 @@ the children's matched it in {} of {} split runs of this benchmark (all sizes). 
             match t.holds {
                 Some(true) => "yes",
                 Some(false) => "**no**",
-                None => "-",
+                None => "partly",
             },
             t.margin
         ));
@@ -1612,6 +1649,59 @@ the children's matched it in {} of {} split runs of this benchmark (all sizes). 
         }
         s.push('\n');
     }
+
+    // CPU = fixed + per partition + per chunk, from three runs of aligned, no digest.
+    let smallest = rep
+        .parents
+        .iter()
+        .filter(|p| p.content == Content::Compressible && p.partition_size == a.partition_size)
+        .map(|p| p.size_bytes)
+        .min();
+    if let Some(fit) = smallest.and_then(|small| rep.cpu_fit(small)) {
+        s.push_str(&format!(
+            "CPU of `aligned, no digest` fitted to fixed + per partition + per chunk through three runs \
+({} and {} of {} partitions, {} of {} partitions): {:.0} ms + {:.2} µs a partition + {:.3} µs a chunk.\n\n",
+            size_label(smallest.unwrap_or(0)),
+            size_label(largest),
+            size_label(a.partition_size),
+            size_label(largest),
+            size_label(wide),
+            fit.0 * 1e3,
+            fit.1 * 1e6,
+            fit.2 * 1e6
+        ));
+    }
+
+    // aligned by size
+    s.push_str("### `aligned, no digest` by parent size, cold\n\n| parent | partitions | chunks | Index side | wall | CPU | read | written | peak RSS |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+    let mut by_size: Vec<&Row> = rep
+        .rows
+        .iter()
+        .filter(|r| {
+            r.config == ALIGNED.name
+                && r.cache == "cold"
+                && r.content == Content::Compressible
+                && r.partition_size == a.partition_size
+        })
+        .collect();
+    by_size.sort_by_key(|r| r.size_bytes);
+    for r in by_size {
+        if let Some(p) = rep.parent(r.size_bytes, r.partition_size, r.content) {
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {:.3} s | {} | {} | {} |\n",
+                size_label(r.size_bytes),
+                p.partitions,
+                p.chunks,
+                human(p.index_side_bytes as f64),
+                secs_show(&r.wall_s),
+                r.cpu_s.median,
+                human(r.read_bytes.median),
+                human(r.write_bytes.median),
+                human(r.peak_rss_bytes.median)
+            ));
+        }
+    }
+    s.push('\n');
 
     // Incompressible
     let random: Vec<&Row> = rep
@@ -1763,7 +1853,8 @@ fn plot(path: &Path, rep: &Report) -> Result<()> {
             ("sans-serif", 18),
         )
         .map_err(|e| err(&e))?;
-    let (left, right) = root.split_horizontally(640);
+    let (charts, legend) = root.split_horizontally(1040);
+    let (left, right) = charts.split_horizontally(520);
     let colors = [
         RGBColor(0xd6, 0x27, 0x28),
         RGBColor(0xff, 0x7f, 0x0e),
@@ -1808,7 +1899,7 @@ fn plot(path: &Path, rep: &Report) -> Result<()> {
             })
             .draw()
             .map_err(|e| err(&e))?;
-        for (i, (name, pts)) in series.iter().enumerate() {
+        for (i, (_, pts)) in series.iter().enumerate() {
             let color = colors[i % colors.len()];
             let data: Vec<(f64, f64)> = pts
                 .iter()
@@ -1825,22 +1916,42 @@ fn plot(path: &Path, rep: &Report) -> Result<()> {
                 .collect();
             chart
                 .draw_series(LineSeries::new(data.clone(), color.stroke_width(2)))
-                .map_err(|e| err(&e))?
-                .label(*name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
+                .map_err(|e| err(&e))?;
             chart
                 .draw_series(data.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(|e| err(&e))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 12))
-            .draw()
+    }
+    // One legend for both panels, beside them.
+    for (i, (name, _)) in series.iter().enumerate() {
+        let color = colors[i % colors.len()];
+        let y = 80 + 24 * i as i32;
+        legend
+            .draw(&PathElement::new(
+                vec![(8, y), (34, y)],
+                color.stroke_width(3),
+            ))
+            .map_err(|e| err(&e))?;
+        legend
+            .draw(&Text::new(*name, (42, y - 7), ("sans-serif", 13)))
+            .map_err(|e| err(&e))?;
+    }
+    let y = 80 + 24 * series.len() as i32 + 10;
+    for (k, line) in [
+        "0 bytes written (a pure reflink)",
+        "is drawn at 4 KiB.",
+        "Wall includes a syncfs of the",
+        "output filesystem after exit.",
+    ]
+    .iter()
+    .enumerate()
+    {
+        legend
+            .draw(&Text::new(
+                *line,
+                (8, y + 16 * k as i32),
+                ("sans-serif", 12),
+            ))
             .map_err(|e| err(&e))?;
     }
     root.present().map_err(|e| err(&e))?;
@@ -1891,6 +2002,10 @@ struct JsonReport<'a> {
 }
 
 pub fn run(a: SplitBenchArgs) -> Result<ExitCode> {
+    let progress = Progress { t0: Instant::now() };
+    if let Some(path) = a.from_json.clone() {
+        return from_json(a, &path, &progress);
+    }
     if let Some(why) = loopfs::unavailable_reason() {
         bail!("cleave bench split needs an XFS loop mount: {why}");
     }
@@ -1898,7 +2013,6 @@ pub fn run(a: SplitBenchArgs) -> Result<ExitCode> {
         bail!("--sizes: expected positive sizes");
     }
     let exe = std::env::current_exe().context("locating the cleave binary")?;
-    let progress = Progress { t0: Instant::now() };
     let mut sizes = a.sizes.clone();
     sizes.sort();
     sizes.dedup();
@@ -1966,14 +2080,69 @@ pub fn run(a: SplitBenchArgs) -> Result<ExitCode> {
     }
     let env = environment(scratch.path(), loop_dio);
     drop(scratch);
+    emit(&a, &parents, &runs, env, largest, &progress)?;
+    progress.say("done");
+    Ok(ExitCode::SUCCESS)
+}
 
-    let rows = aggregate(&runs);
+/// What `--from-json` reads back from a previous run's split.json (rows and targets are
+/// recomputed).
+#[derive(Deserialize)]
+struct Saved {
+    environment: Value,
+    iterations: u32,
+    parts: usize,
+    parents: Vec<ParentInfo>,
+    runs: Vec<Run>,
+}
+
+fn from_json(mut a: SplitBenchArgs, path: &Path, progress: &Progress) -> Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let saved: Saved =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let largest = saved
+        .parents
+        .iter()
+        .filter(|p| p.content == Content::Compressible && p.partition_size == a.partition_size)
+        .map(|p| p.size_bytes)
+        .max()
+        .ok_or_else(|| {
+            anyhow!(
+                "{}: no parent of {} partitions",
+                path.display(),
+                size_label(a.partition_size)
+            )
+        })?;
+    a.common.iterations = saved.iterations;
+    a.parts = saved.parts;
+    emit(
+        &a,
+        &saved.parents,
+        &saved.runs,
+        saved.environment,
+        largest,
+        progress,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the report files and prints the tables (or the JSON).
+fn emit(
+    a: &SplitBenchArgs,
+    parents: &[ParentInfo],
+    runs: &[Run],
+    env: Value,
+    largest: u64,
+    progress: &Progress,
+) -> Result<()> {
+    let rows = aggregate(runs);
     let rep = Report {
-        parents: &parents,
-        runs: &runs,
+        parents,
+        runs,
         rows: &rows,
         largest,
-        a: &a,
+        a,
     };
     let md = markdown(&rep, &env);
     let json = JsonReport {
@@ -1981,14 +2150,14 @@ pub fn run(a: SplitBenchArgs) -> Result<ExitCode> {
         environment: env.clone(),
         iterations: a.common.iterations,
         parts: a.parts,
-        parents: &parents,
+        parents,
         rows: &rows,
         targets: rep.targets(),
-        runs: &runs,
+        runs,
     };
     if let Some(dir) = &a.report_dir {
         std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("split.csv"), csv(&rows, &parents))?;
+        std::fs::write(dir.join("split.csv"), csv(&rows, parents))?;
         std::fs::write(
             dir.join("split.json"),
             serde_json::to_string_pretty(&json)? + "\n",
@@ -2005,8 +2174,7 @@ pub fn run(a: SplitBenchArgs) -> Result<ExitCode> {
     } else {
         print!("{md}");
     }
-    progress.say("done");
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 #[cfg(test)]
