@@ -731,10 +731,15 @@ impl WriteCtx<'_> {
             }
         });
         if let Some(ci_parent) = &t.compression {
+            // The parent's header, the child's length and offsets (not a clone of the
+            // parent's offsets: those are 8 bytes a chunk of the whole parent).
             let ci = CompressionInfo {
+                compressor: ci_parent.compressor.clone(),
+                options: ci_parent.options.clone(),
+                chunk_length: ci_parent.chunk_length,
+                max_compressed_length: ci_parent.max_compressed_length,
                 data_length: result.data_length,
                 offsets: result.offsets.clone(),
-                ..ci_parent.clone()
             };
             write(&Component::CompressionInfo, &ci.serialize())?;
             toc.push(Component::CompressionInfo);
