@@ -376,7 +376,7 @@ pub fn write_compressed(
     }
     let first_payload = match first_payload {
         Some(p) => p,
-        None => encode_chunk(out_path, &ci, &first)?,
+        None => encode_chunk(out_path, ci, &first)?,
     };
 
     let mut out = Out::create(out_path, combine_digest)?;
@@ -398,15 +398,15 @@ pub fn write_compressed(
         out.parent_range(&parent.file, s1, sj - s1, share_block)?;
         out.digest = digest;
         if let Some(d) = out.digest.as_mut() {
-            combine_interior(d, parent, &ci, k + 1, j - 1)?;
+            combine_interior(d, parent, ci, k + 1, j - 1)?;
         }
     }
     if let Some(last) = &last {
-        let p = encode_chunk(out_path, &ci, last)?;
+        let p = encode_chunk(out_path, ci, last)?;
         offsets.push(out.chunk(&p)?);
     }
     if g.extra_chunk {
-        let p = extra_chunk(out_path, &ci)?;
+        let p = extra_chunk(out_path, ci)?;
         offsets.push(out.chunk(&p)?);
     }
     let Written {
