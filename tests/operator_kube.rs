@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -109,16 +109,7 @@ impl Drop for Cluster {
     }
 }
 
-struct Sidecar(Child);
-
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn sidecar(c: &Cluster, data: &Path, port: u16, crash: Option<&str>) -> Sidecar {
+fn sidecar(c: &Cluster, data: &Path, port: u16, crash: Option<&str>) -> KillOnDrop {
     let mut cmd = Command::new(cleave_bin());
     cmd.args([
         "run",
@@ -137,36 +128,7 @@ fn sidecar(c: &Cluster, data: &Path, port: u16, crash: Option<&str>) -> Sidecar 
     if let Some(p) = crash {
         cmd.env("CLEAVE_CRASH_AT", p);
     }
-    Sidecar(cmd.spawn().unwrap())
-}
-
-fn http_get(port: u16, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    for _ in 0..5 {
-        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-            std::thread::sleep(Duration::from_millis(200));
-            continue;
-        };
-        if s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-            .is_err()
-        {
-            continue;
-        }
-        let mut out = Vec::new();
-        let _ = s.read_to_end(&mut out);
-        if !out.is_empty() {
-            return Some(String::from_utf8_lossy(&out).to_string());
-        }
-    }
-    None
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    KillOnDrop(cmd.spawn().unwrap())
 }
 
 fn job(name: &str, node: &str, extra: &str) -> String {

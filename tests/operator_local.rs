@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -60,33 +60,6 @@ fn status(m: &Path, name: &str) -> Option<serde_json::Value> {
     serde_norway::from_str(&text).ok()
 }
 
-struct Sidecar(Child);
-
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out).to_string()
-}
-
 fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let t = Instant::now();
     while !f() {
@@ -125,7 +98,7 @@ fn local_jobs_complete_fail_or_are_ignored_and_metrics_tell() {
     )
     .unwrap();
     let port = free_port();
-    let _s = Sidecar(
+    let _s = KillOnDrop(
         Command::new(cleave_bin())
             .args(["run", "--node", "n1", "--local"])
             .arg(&m)
@@ -175,7 +148,7 @@ fn local_jobs_complete_fail_or_are_ignored_and_metrics_tell() {
         status(&m, "other").is_none(),
         "another node's job is not touched"
     );
-    let metrics = http_get(port, "/metrics");
+    let metrics = http_get(port, "/metrics").unwrap();
     assert!(
         metrics.contains("cleave_sstables_total{kind=\"AnticompactionJob\",result=\"split\"} 2"),
         "{metrics}"
@@ -193,8 +166,12 @@ fn local_jobs_complete_fail_or_are_ignored_and_metrics_tell() {
         metrics.contains("cleave_jobs{kind=\"AnticompactionJob\",phase=\"Failed\"} 1"),
         "{metrics}"
     );
-    assert!(http_get(port, "/healthz").starts_with("HTTP/1.1 200"));
-    assert!(http_get(port, "/readyz").starts_with("HTTP/1.1 200"));
+    assert!(http_get(port, "/healthz")
+        .unwrap()
+        .starts_with("HTTP/1.1 200"));
+    assert!(http_get(port, "/readyz")
+        .unwrap()
+        .starts_with("HTTP/1.1 200"));
     let events = std::fs::read_to_string(m.join("events.log")).unwrap();
     assert!(
         events.contains("good Completed") && events.contains("bad InvalidRepairMetadata"),

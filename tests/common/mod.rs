@@ -212,3 +212,44 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     v.sort();
     v
 }
+
+/// A free loopback port (bound then released: a later bind may race, good enough for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET `path` from 127.0.0.1:`port`; the raw response, or `None` if nothing answered.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    for _ in 0..5 {
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            continue;
+        };
+        if s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .is_err()
+        {
+            continue;
+        }
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        if !out.is_empty() {
+            return Some(String::from_utf8_lossy(&out).to_string());
+        }
+    }
+    None
+}
+
+/// A child process killed and reaped when dropped.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
