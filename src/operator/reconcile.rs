@@ -273,26 +273,18 @@ async fn run<S: Store>(
             match step {
                 Step::Planned { .. } => {}
                 Step::Done { result, report } => {
-                    metrics
-                        .bytes
-                        .with_label_values(&["AnticompactionJob", "shared"])
-                        .inc_by(result.bytes_shared);
-                    metrics
-                        .bytes
-                        .with_label_values(&["AnticompactionJob", "copied"])
-                        .inc_by(result.bytes_copied);
-                    metrics
-                        .bytes
-                        .with_label_values(&["AnticompactionJob", "reencoded"])
-                        .inc_by(result.bytes_reencoded);
-                    metrics
-                        .bytes
-                        .with_label_values(&["AnticompactionJob", "read"])
-                        .inc_by(report.read_bytes);
-                    metrics
-                        .bytes
-                        .with_label_values(&["AnticompactionJob", "written"])
-                        .inc_by(report.write_bytes);
+                    for (what, n) in [
+                        ("shared", result.bytes_shared),
+                        ("copied", result.bytes_copied),
+                        ("reencoded", result.bytes_reencoded),
+                        ("read", report.read_bytes),
+                        ("written", report.write_bytes),
+                    ] {
+                        metrics
+                            .bytes
+                            .with_label_values(&["AnticompactionJob", what])
+                            .inc_by(n);
+                    }
                     metrics
                         .partitions
                         .with_label_values(&["AnticompactionJob"])
