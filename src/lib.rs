@@ -6,5 +6,6 @@
 pub mod gen;
 pub mod io;
 pub mod operator;
+pub mod reason;
 pub mod split;
 pub mod sstable;
