@@ -2,7 +2,9 @@
 //! through `std::fs`.
 
 pub mod copy;
+pub mod fault;
 pub mod fs;
 pub mod loopfs;
 pub mod proc;
 pub mod reflink;
+pub mod throttle;

@@ -187,13 +187,10 @@ pub fn processes_holding(data_root: &Path) -> Vec<(u32, String)> {
     found
 }
 
-/// Crash injection for tests: `CLEAVE_CRASH_AT=<point>` aborts the process at that point of
-/// `replace` (logged, renamed, committed), as a power cut or a SIGKILL would.
+/// Crash injection for tests (`CLEAVE_CRASH_AT=<point>`, see `io::fault`): the points of
+/// `replace` keep their historical short names (logged, renamed, committed).
 fn crash_point(point: &str) {
-    if std::env::var("CLEAVE_CRASH_AT").is_ok_and(|p| p == point) {
-        eprintln!("cleave: CLEAVE_CRASH_AT={point}: aborting");
-        std::process::abort();
-    }
+    crate::io::fault::point(point);
 }
 
 /// `Replace`: ADD children, REMOVE parent, move children in, COMMIT, delete the parent,

@@ -1,0 +1,58 @@
+//! Named fault points for crash tests: `CLEAVE_CRASH_AT=<point>[@N]` kills the process with
+//! SIGKILL the N-th time (default: the first) execution reaches `fault::point("<point>")`.
+//!
+//! SIGKILL rather than `abort()` or a panic: no destructor runs, no buffer is flushed, no
+//! staging guard cleans up — what the kernel has is what a power cut on a filesystem that
+//! honours fsync would leave, minus the unsynced pages. `CLEAVE_CRASH_LIST=<file>` appends
+//! every point reached (one name a line), so a campaign can enumerate the points of a run
+//! and then kill at each.
+//!
+//! Point names are stable and documented in docs/reliability.md; a point is
+//! `<where>:<what>`, e.g. `publish:logged`, `write:child-file`, `fsync:before`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+struct Target {
+    point: String,
+    nth: u64,
+}
+
+fn target() -> &'static Option<Target> {
+    static T: OnceLock<Option<Target>> = OnceLock::new();
+    T.get_or_init(|| {
+        let spec = std::env::var("CLEAVE_CRASH_AT").ok()?;
+        let (point, nth) = match spec.rsplit_once('@') {
+            Some((p, n)) => (p.to_string(), n.parse().unwrap_or(1)),
+            None => (spec, 1),
+        };
+        Some(Target { point, nth })
+    })
+}
+
+static HITS: AtomicU64 = AtomicU64::new(0);
+
+/// Marks a place where a crash must be survivable. Free when no fault is armed.
+pub fn point(name: &str) {
+    if let Ok(list) = std::env::var("CLEAVE_CRASH_LIST") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(list)
+        {
+            let _ = writeln!(f, "{name}");
+        }
+    }
+    let Some(t) = target() else { return };
+    if t.point != name {
+        return;
+    }
+    if HITS.fetch_add(1, Ordering::SeqCst) + 1 == t.nth {
+        eprintln!("cleave: CLEAVE_CRASH_AT={name}@{}: SIGKILL", t.nth);
+        // SAFETY: kill(2) on our own pid with a constant signal has no memory effects.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
