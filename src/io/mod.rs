@@ -2,6 +2,7 @@
 //! through `std::fs`.
 
 pub mod copy;
+pub mod durable;
 pub mod fault;
 pub mod fs;
 pub mod loopfs;
