@@ -133,7 +133,7 @@ fn sidecar(c: &Cluster, data: &Path, port: u16, crash: Option<&str>) -> KillOnDr
 
 fn job(name: &str, node: &str, extra: &str) -> String {
     format!(
-        "apiVersion: cleave.dev/v1alpha1\nkind: AnticompactionJob\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  nodeName: {node}\n  keyspace: ks\n  ranges:\n    - {{start: \"-9223372036854775808\", end: \"0\"}}\n{extra}"
+        "apiVersion: cleave.dev/v1alpha1\nkind: AnticompactionJob\nmetadata:\n  name: {name}\n  namespace: default\n  labels: {{cleave.dev/node: {node}}}\nspec:\n  nodeName: {node}\n  keyspace: ks\n  ranges:\n    - {{start: \"-9223372036854775808\", end: \"0\"}}\n{extra}"
     )
 }
 

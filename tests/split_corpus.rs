@@ -40,6 +40,7 @@ fn opts(cut: Cut, out: &Path, layout: Option<Layout>) -> SplitOptions {
         publish: Publish::Stage,
         dry_run: false,
         operation: "split".into(),
+        throttle: None,
     }
 }
 

@@ -152,6 +152,7 @@ pub fn run(a: SplitArgs) -> Result<ExitCode> {
         publish: a.publish,
         dry_run: a.dry_run,
         operation,
+        throttle: None,
     };
     let index_len = t.size_of(&Component::Index).unwrap_or(0);
     let bar = super::progress::bytes_bar(2 * index_len, "splitting");

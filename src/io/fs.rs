@@ -67,3 +67,20 @@ pub fn guess_reflink(dir: &Path) -> super::reflink::ReflinkSupport {
         super::reflink::ReflinkSupport::Refused(super::reflink::CloneRefusal::NotSupported)
     }
 }
+
+/// Space of the filesystem holding `path` (`statvfs`): bytes available to an unprivileged
+/// writer (`f_bavail`) and the filesystem's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Space {
+    pub available: u64,
+    pub total: u64,
+}
+
+pub fn space(path: &Path) -> std::io::Result<Space> {
+    let st = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
+    let frag = st.fragment_size() as u64;
+    Ok(Space {
+        available: (st.blocks_available() as u64).saturating_mul(frag),
+        total: (st.blocks() as u64).saturating_mul(frag),
+    })
+}

@@ -8,8 +8,12 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 
+use kube::Resource;
+use tracing::{error, info, warn};
+
 use super::crd::{AnticompactionJob, JobStatus, RangeStream};
-use super::reconcile::{self, Ctx, EventType, OperatorError, Store};
+use super::reconcile::{self, Ctx, OperatorError, Store};
+use super::status::Note;
 
 pub struct LocalStore {
     pub dir: PathBuf,
@@ -36,12 +40,32 @@ impl LocalStore {
 }
 
 impl Store for LocalStore {
+    /// No resourceVersion here: one sidecar owns a manifest directory.
     async fn patch_status(
         &self,
         job: &AnticompactionJob,
         status: &JobStatus,
-    ) -> Result<(), OperatorError> {
-        self.write_status(&job.name_any(), status)
+        _expect: Option<&str>,
+    ) -> Result<Option<String>, OperatorError> {
+        self.write_status(&job.name_any(), status)?;
+        Ok(None)
+    }
+
+    async fn get(
+        &self,
+        job: &AnticompactionJob,
+    ) -> Result<Option<AnticompactionJob>, OperatorError> {
+        let name = job.name_any();
+        for (p, _) in manifests(&self.dir)? {
+            if let Some(mut j) = read_job(&p) {
+                with_local_meta(&mut j, &p);
+                if j.name_any() == name {
+                    j.status = load_status(&self.dir, &name);
+                    return Ok(Some(j));
+                }
+            }
+        }
+        Ok(None)
     }
 
     async fn patch_stream_status(
@@ -66,16 +90,19 @@ impl Store for LocalStore {
         Ok(())
     }
 
-    async fn event(&self, job: &AnticompactionJob, t: EventType, reason: &str, note: &str) {
+    async fn event<K>(&self, obj: &K, note: &Note)
+    where
+        K: Resource<DynamicType = ()> + Sync,
+    {
         let line = format!(
             "{} {:?} {} {}: {}\n",
             super::decide::now_rfc3339(),
-            t,
-            job.name_any(),
-            reason,
-            note
+            note.type_,
+            obj.meta().name.as_deref().unwrap_or_default(),
+            note.reason,
+            note.message
         );
-        eprint!("cleave: {line}");
+        info!(kind = %K::kind(&()), name = obj.meta().name.as_deref().unwrap_or_default(), reason = %note.reason, message = %note.message, "event");
         use std::io::Write;
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
@@ -143,10 +170,7 @@ pub async fn pass(ctx: &Arc<Ctx<LocalStore>>) -> Result<usize, OperatorError> {
                 let mut job: AnticompactionJob = match serde_norway::from_str(&text) {
                     Ok(j) => j,
                     Err(e) => {
-                        eprintln!(
-                            "cleave: {}: not a valid AnticompactionJob: {e}",
-                            p.display()
-                        );
+                        warn!(file = %p.display(), error = %e, "not a valid AnticompactionJob");
                         continue;
                     }
                 };
@@ -164,7 +188,7 @@ pub async fn pass(ctx: &Arc<Ctx<LocalStore>>) -> Result<usize, OperatorError> {
                 let mut s: RangeStream = match serde_norway::from_str(&text) {
                     Ok(s) => s,
                     Err(e) => {
-                        eprintln!("cleave: {}: not a valid RangeStream: {e}", p.display());
+                        warn!(file = %p.display(), error = %e, "not a valid RangeStream");
                         continue;
                     }
                 };
@@ -196,11 +220,13 @@ pub async fn run(
                     .reconcile_errors
                     .with_label_values(&["AnticompactionJob", e.label()])
                     .inc();
-                eprintln!("cleave: {e}");
+                error!(error = %e, "local pass failed");
                 1
             }
         };
         if (once && open == 0) || reconcile::shutdown_requested(&ctx) {
+            ctx.runs.cancel_all();
+            ctx.runs.wait_idle(Duration::from_secs(3600)).await;
             return Ok(());
         }
         tokio::time::sleep(interval).await;

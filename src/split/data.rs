@@ -72,10 +72,22 @@ struct Out<'a> {
     copied: u64,
     reencoded: u64,
     clone_refusal: Option<reflink::CloneRefusal>,
+    /// `maxBytesPerSecond`: paid for copied and re-encoded bytes, never for shared ones.
+    throttle: Option<&'a crate::io::throttle::TokenBucket>,
 }
 
 impl<'a> Out<'a> {
-    fn create(path: &'a Path, digest: bool) -> Result<Out<'a>> {
+    fn pace(&self, n: u64) {
+        if let Some(t) = self.throttle {
+            t.take_blocking(n);
+        }
+    }
+
+    fn create(
+        path: &'a Path,
+        digest: bool,
+        throttle: Option<&'a crate::io::throttle::TokenBucket>,
+    ) -> Result<Out<'a>> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -91,6 +103,7 @@ impl<'a> Out<'a> {
             copied: 0,
             reencoded: 0,
             clone_refusal: None,
+            throttle,
         })
     }
 
@@ -108,6 +121,7 @@ impl<'a> Out<'a> {
     /// A chunk cleave encoded: payload then its big-endian CRC32.
     fn chunk(&mut self, payload: &[u8]) -> Result<u64> {
         let at = self.pos;
+        self.pace(payload.len() as u64 + 4);
         self.write(payload)?;
         self.write(&crc32fast::hash(payload).to_be_bytes())?;
         self.reencoded += payload.len() as u64 + 4;
@@ -120,12 +134,14 @@ impl<'a> Out<'a> {
         let dst = self.pos;
         let map_io = |e: std::io::Error| FormatError::io(self.path, e);
         if block == 0 || src % block != dst % block || self.clone_refusal.is_some() {
+            self.pace(len);
             copy::copy_range(parent, src, len, &self.file, dst).map_err(map_io)?;
             self.copied += len;
         } else {
             let head = ((block - dst % block) % block).min(len);
             let body = (len - head) / block * block;
             let tail = len - head - body;
+            self.pace(head + tail);
             copy::copy_range(parent, src, head, &self.file, dst).map_err(map_io)?;
             let mut copied = head + tail;
             if body > 0 {
@@ -134,6 +150,7 @@ impl<'a> Out<'a> {
                     Err(refusal) => {
                         // The probe said yes but this range was refused: copy it and say so.
                         self.clone_refusal = Some(refusal);
+                        self.pace(body);
                         copy::copy_range(parent, src + head, body, &self.file, dst + head)
                             .map_err(map_io)?;
                         copied += body;
@@ -252,6 +269,7 @@ pub fn write_compressed(
     no_share_reason: Option<&str>,
     combine_digest: bool,
     out_path: &Path,
+    throttle: Option<&crate::io::throttle::TokenBucket>,
 ) -> Result<DataResult> {
     // Borrowed, not cloned: the offsets are 8 bytes a chunk of the parent.
     let ci = parent.compression.as_ref().ok_or_else(|| {
@@ -379,7 +397,7 @@ pub fn write_compressed(
         None => encode_chunk(out_path, ci, &first)?,
     };
 
-    let mut out = Out::create(out_path, combine_digest)?;
+    let mut out = Out::create(out_path, combine_digest, throttle)?;
     let mut offsets = Vec::with_capacity((j - k + 2) as usize);
     if pad > 0 {
         // CEP-66's head pad: zeros before offsets[0], never read by a non-mmap reader.
@@ -447,6 +465,7 @@ pub fn write_uncompressed(
     no_share_reason: Option<&str>,
     combine_digest: bool,
     out_path: &Path,
+    throttle: Option<&crate::io::throttle::TokenBucket>,
 ) -> Result<DataResult> {
     let dl = g.data_length;
     let first_len = dl.min(unit);
@@ -454,7 +473,7 @@ pub fn write_uncompressed(
     first.extend_from_slice(
         &parent.read_at(g.base + g.dead_prefix, (first_len - g.dead_prefix) as usize)?,
     );
-    let mut out = Out::create(out_path, false)?;
+    let mut out = Out::create(out_path, false, throttle)?;
     out.write(&first)?;
     out.reencoded += first.len() as u64;
     let mut layout = if want == Layout::Copy {
@@ -547,8 +566,9 @@ pub fn write_regrid(
     runs: &[(u64, u64)],
     combine_digest: bool,
     out_path: &Path,
+    throttle: Option<&crate::io::throttle::TokenBucket>,
 ) -> Result<DataResult> {
-    let mut out = Out::create(out_path, combine_digest)?;
+    let mut out = Out::create(out_path, combine_digest, throttle)?;
     let total: u64 = runs.iter().map(|(a, b)| b - a).sum();
     match parent.compression.clone() {
         Some(ci) => {

@@ -73,6 +73,8 @@ pub struct SplitOptions {
     pub dry_run: bool,
     /// The transaction-log operation name for `Replace`.
     pub operation: String,
+    /// `maxBytesPerSecond` on copied and re-encoded Data.db bytes (shared ones are free).
+    pub throttle: Option<std::sync::Arc<crate::io::throttle::TokenBucket>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -689,7 +691,13 @@ impl WriteCtx<'_> {
                     .iter()
                     .map(|r| (r.first_position, r.end_position))
                     .collect();
-                data::write_regrid(parent, &runs, combine, &data_path)?
+                data::write_regrid(
+                    parent,
+                    &runs,
+                    combine,
+                    &data_path,
+                    self.opts.throttle.as_deref(),
+                )?
             }
             (want, Some(g), true) => {
                 let end = p.child.runs[0].end_position;
@@ -703,6 +711,7 @@ impl WriteCtx<'_> {
                     self.no_share,
                     combine,
                     &data_path,
+                    self.opts.throttle.as_deref(),
                 )?
             }
             (want, Some(g), false) => data::write_uncompressed(
@@ -714,6 +723,7 @@ impl WriteCtx<'_> {
                 self.no_share,
                 combine,
                 &data_path,
+                self.opts.throttle.as_deref(),
             )?,
         };
         let mut toc = vec![Component::Data, Component::Index];
