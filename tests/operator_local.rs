@@ -20,6 +20,18 @@ fn crds_in_the_repo_match_the_types() {
         String::from_utf8_lossy(&out.stdout) == repo,
         "crds/cleave.dev.yaml drifted from the Rust types: run `cleave crd > crds/cleave.dev.yaml`"
     );
+    // A YAML 1.1 reader (PyYAML, like kubectl's) must read every enum value as the string
+    // it is: an unquoted `Off` would be the boolean false and the apiserver would then
+    // reject `digest: Off`.
+    let check = "import yaml,sys\nbad=[]\ndef walk(v,p):\n  if isinstance(v,dict):\n    [walk(x,p+'.'+str(k)) for k,x in v.items()]\n    if 'enum' in v: bad.extend((p,e) for e in v['enum'] if not isinstance(e,str))\n  elif isinstance(v,list): [walk(x,p) for x in v]\nfor d in yaml.safe_load_all(open(sys.argv[1])):\n  walk(d,'')\nprint(bad)\nsys.exit(1 if bad else 0)\n";
+    let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/cleave.dev.yaml");
+    let out = Command::new("python3").args(["-c", check]).arg(&crd).output().unwrap();
+    assert!(
+        out.status.success(),
+        "enum values a YAML 1.1 reader does not read as strings: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 const TABLE: &str = "t-0123456789abcdef0123456789abcdef";
@@ -57,7 +69,7 @@ fn job(name: &str, node: &str, extra: &str) -> String {
 
 fn status(m: &Path, name: &str) -> Option<serde_json::Value> {
     let text = std::fs::read_to_string(m.join(format!("{name}.status.yaml"))).ok()?;
-    serde_norway::from_str(&text).ok()
+    serde_saphyr::from_str(&text).ok()
 }
 
 fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {

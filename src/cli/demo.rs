@@ -114,7 +114,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         true,
     ))?;
     let status_text = std::fs::read_to_string(manifests.join("demo-repair.status.yaml"))?;
-    let status: cleave::operator::crd::JobStatus = serde_norway::from_str(&status_text)?;
+    let status: cleave::operator::crd::JobStatus = serde_saphyr::from_str(&status_text)?;
     // The children's check: each passes the full integrity check, and together they hold
     // exactly the parents' keys.
     let mut parents_fp = cleave::sstable::fingerprint::Fingerprint::default();

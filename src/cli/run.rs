@@ -72,8 +72,10 @@ pub fn init_tracing(format: LogFormat, filter: Option<&str>, default: &str) {
         None => EnvFilter::try_from_default_env().ok(),
     }
     .unwrap_or_else(|| EnvFilter::new(default));
+    use std::io::IsTerminal;
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => b.try_init(),

@@ -348,6 +348,22 @@ fn log_controller_error<K: Resource>(
     }
 }
 
+/// Whether a controller's reflector store has seen its first complete list. Polled with a
+/// timeout in a loop: kube-runtime's readiness cell wakes only the last of several waiters
+/// (the controller's own runner waits on it too), a later poll still sees it ready.
+async fn store_ready<K>(s: &kube::runtime::reflector::Store<K>) -> bool
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        match tokio::time::timeout(Duration::from_millis(250), s.wait_until_ready()).await {
+            Ok(r) => return r.is_ok(),
+            Err(_) => continue,
+        }
+    }
+}
+
 /// Runs both controllers until `stop` completes; then running jobs stop after their
 /// current sstable, checkpoint their status and release their leases before this returns.
 pub async fn run(
@@ -388,7 +404,7 @@ pub async fn run(
     let (s1, s2) = (c1.store(), c2.store());
     let metrics = ctx.metrics.clone();
     tokio::spawn(async move {
-        if s1.wait_until_ready().await.is_ok() && s2.wait_until_ready().await.is_ok() {
+        if store_ready(&s1).await && store_ready(&s2).await {
             info!("both CRDs listed: ready");
             metrics.ready.store(true, Ordering::Relaxed);
         }

@@ -34,7 +34,7 @@ fn write_atomic(path: &Path, text: &str) -> Result<(), OperatorError> {
 impl LocalStore {
     fn write_status(&self, name: &str, status: &JobStatus) -> Result<(), OperatorError> {
         let text =
-            serde_norway::to_string(status).map_err(|e| OperatorError::Store(e.to_string()))?;
+            serde_saphyr::to_string(status).map_err(|e| OperatorError::Store(e.to_string()))?;
         write_atomic(&status_path(&self.dir, name), &text)
     }
 }
@@ -128,7 +128,7 @@ fn manifests(dir: &Path) -> Result<Vec<(PathBuf, String)>, OperatorError> {
         let Ok(text) = std::fs::read_to_string(&p) else {
             continue;
         };
-        let kind = serde_norway::from_str::<serde_json::Value>(&text)
+        let kind = serde_saphyr::from_str::<serde_json::Value>(&text)
             .ok()
             .and_then(|v| v["kind"].as_str().map(str::to_string))
             .unwrap_or_default();
@@ -139,7 +139,7 @@ fn manifests(dir: &Path) -> Result<Vec<(PathBuf, String)>, OperatorError> {
 }
 
 fn read_job(p: &Path) -> Option<AnticompactionJob> {
-    serde_norway::from_str(&std::fs::read_to_string(p).ok()?).ok()
+    serde_saphyr::from_str(&std::fs::read_to_string(p).ok()?).ok()
 }
 
 fn with_local_meta<K: kube::Resource>(obj: &mut K, file: &Path) {
@@ -155,7 +155,7 @@ fn with_local_meta<K: kube::Resource>(obj: &mut K, file: &Path) {
 }
 
 fn load_status(dir: &Path, name: &str) -> Option<JobStatus> {
-    serde_norway::from_str(&std::fs::read_to_string(status_path(dir, name)).ok()?).ok()
+    serde_saphyr::from_str(&std::fs::read_to_string(status_path(dir, name)).ok()?).ok()
 }
 
 /// One pass over the directory; returns how many of this node's jobs are not finished.
@@ -167,7 +167,7 @@ pub async fn pass(ctx: &Arc<Ctx<LocalStore>>) -> Result<usize, OperatorError> {
             .map_err(|e| OperatorError::Store(format!("{}: {e}", p.display())))?;
         match kind.as_str() {
             "AnticompactionJob" => {
-                let mut job: AnticompactionJob = match serde_norway::from_str(&text) {
+                let mut job: AnticompactionJob = match serde_saphyr::from_str(&text) {
                     Ok(j) => j,
                     Err(e) => {
                         warn!(file = %p.display(), error = %e, "not a valid AnticompactionJob");
@@ -185,7 +185,7 @@ pub async fn pass(ctx: &Arc<Ctx<LocalStore>>) -> Result<usize, OperatorError> {
                 }
             }
             "RangeStream" => {
-                let mut s: RangeStream = match serde_norway::from_str(&text) {
+                let mut s: RangeStream = match serde_saphyr::from_str(&text) {
                     Ok(s) => s,
                     Err(e) => {
                         warn!(file = %p.display(), error = %e, "not a valid RangeStream");
