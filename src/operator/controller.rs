@@ -250,7 +250,7 @@ async fn cleanup(
         Ok(()) => "leftovers of this job removed".to_string(),
         Err(f) => format!("cleanup incomplete: {}", f.message),
     };
-    info!(%message, "cleanup");
+    info!(detail = %message, "cleanup");
     ctx.store
         .event(
             &*job,

@@ -494,3 +494,28 @@ pub fn run_with_stats(
         stats,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::fs::Space;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn the_space_preflight_keeps_the_reserve_free() {
+        let space = Space {
+            available: 30 * GIB,
+            total: 100 * GIB,
+        };
+        let d = Path::new("/data/ks/t");
+        assert!(check_space(d, 19 * GIB, space, 10).is_ok());
+        let e = check_space(d, 21 * GIB, space, 10).unwrap_err();
+        assert_eq!(e.reason, "InsufficientSpace");
+        assert!(e.message.contains("--min-free-percent") && e.message.contains("/data/ks/t"));
+        assert!(check_space(d, 29 * GIB, space, 0).is_ok());
+        assert!(check_space(d, 1, space, 100).is_err());
+        // A reserve larger than what is free: nothing fits.
+        assert!(check_space(d, 1, space, 80).is_err());
+    }
+}

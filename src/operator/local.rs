@@ -102,7 +102,7 @@ impl Store for LocalStore {
             note.reason,
             note.message
         );
-        info!(kind = %K::kind(&()), name = obj.meta().name.as_deref().unwrap_or_default(), reason = %note.reason, message = %note.message, "event");
+        info!(kind = %K::kind(&()), name = obj.meta().name.as_deref().unwrap_or_default(), reason = %note.reason, detail = %note.message, "event");
         use std::io::Write;
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)

@@ -386,9 +386,9 @@ async fn apply<S: Store>(
                 job.metadata.generation,
                 now(),
             );
-            warn!(%reason, %message, "job rejected");
+            warn!(%reason, detail = %message, "job rejected");
             ctx.store.patch_status(job, &t.status, None).await?;
-            record(ctx, &**job, key, &t.status, t.note.as_ref()).await;
+            record(ctx, job, key, &t.status, t.note.as_ref()).await;
             Ok(Action::await_change())
         }
         Next::Run => start(job, ctx, key).await,
@@ -440,9 +440,9 @@ async fn start<S: Store>(
             );
             observe_waiting(ctx, key, Some(blocked.reason()));
             if t.note.is_some() {
-                info!(reason = blocked.reason(), %message, "job waits");
+                info!(reason = blocked.reason(), detail = %message, "job waits");
                 ctx.store.patch_status(job, &t.status, None).await?;
-                record(ctx, &**job, key, &t.status, t.note.as_ref()).await;
+                record(ctx, job, key, &t.status, t.note.as_ref()).await;
             }
             return Ok(Action::requeue(Duration::from_secs(3)));
         }
@@ -472,7 +472,7 @@ async fn start<S: Store>(
         }
     };
     info!(identity = %ctx.identity, "lease taken");
-    record(ctx, &**job, key, &t.status, t.note.as_ref()).await;
+    record(ctx, job, key, &t.status, t.note.as_ref()).await;
     let span = tracing::Span::current();
     let (job, ctx2, key2) = (job.clone(), ctx.clone(), key.to_string());
     tokio::spawn(
@@ -677,7 +677,7 @@ async fn run<S: Store>(
     }
     let t = status::next(&final_status, ev, generation, now());
     match &result {
-        Err(f) => warn!(reason = %f.reason, message = %f.message, "job failed"),
+        Err(f) => warn!(reason = %f.reason, detail = %f.message, "job failed"),
         Ok(o) => info!(outcome = ?o, elapsed = ?started.elapsed(), "job ended"),
     }
     lease.write(&t.status).await;
