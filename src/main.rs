@@ -41,6 +41,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    match &cli.command {
+        Command::Run(a) => cli::run::init_tracing(a.log_format, a.log_filter.as_deref(), "info"),
+        _ => cli::run::init_tracing(cli::run::LogFormat::Text, None, "warn"),
+    }
     let result = match cli.command {
         Command::Demo(a) => cli::demo::run(a),
         Command::Crd => cli::crd::run(),

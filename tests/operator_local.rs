@@ -20,6 +20,22 @@ fn crds_in_the_repo_match_the_types() {
         String::from_utf8_lossy(&out.stdout) == repo,
         "crds/cleave.dev.yaml drifted from the Rust types: run `cleave crd > crds/cleave.dev.yaml`"
     );
+    // A YAML 1.1 reader (PyYAML, like kubectl's) must read every enum value as the string
+    // it is: an unquoted `Off` would be the boolean false and the apiserver would then
+    // reject `digest: Off`.
+    let check = "import yaml,sys\nbad=[]\ndef walk(v,p):\n  if isinstance(v,dict):\n    [walk(x,p+'.'+str(k)) for k,x in v.items()]\n    if 'enum' in v: bad.extend((p,e) for e in v['enum'] if not isinstance(e,str))\n  elif isinstance(v,list): [walk(x,p) for x in v]\nfor d in yaml.safe_load_all(open(sys.argv[1])):\n  walk(d,'')\nprint(bad)\nsys.exit(1 if bad else 0)\n";
+    let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/cleave.dev.yaml");
+    let out = Command::new("python3")
+        .args(["-c", check])
+        .arg(&crd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "enum values a YAML 1.1 reader does not read as strings: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 const TABLE: &str = "t-0123456789abcdef0123456789abcdef";
@@ -57,7 +73,7 @@ fn job(name: &str, node: &str, extra: &str) -> String {
 
 fn status(m: &Path, name: &str) -> Option<serde_json::Value> {
     let text = std::fs::read_to_string(m.join(format!("{name}.status.yaml"))).ok()?;
-    serde_norway::from_str(&text).ok()
+    serde_saphyr::from_str(&text).ok()
 }
 
 fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
@@ -246,4 +262,54 @@ fn a_dead_workers_job_is_resumed_not_redone() {
         .iter()
         .any(|c| c["reason"] == "Completed");
     assert!(resumed);
+}
+
+/// `spec.parallelism`: that many parents are split at the same moment (and one by default);
+/// every parent is done either way. A copy job throttled to 10 MB/s makes each split last
+/// ~0.3 s, so two workers overlap for certain.
+#[test]
+fn parallelism_splits_that_many_sstables_at_once() {
+    use cleave::operator::crd::{AnticompactionJobSpec, JobStatus, TokenRange};
+    use cleave::operator::job::{self, NodeLimits, Outcome};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let (_d, data, _m) = setup(&["6MiB", "6MiB", "6MiB", "6MiB"]);
+    let spec = |parallelism| AnticompactionJobSpec {
+        node_name: "n1".into(),
+        data_directory: None,
+        keyspace: "ks".into(),
+        tables: vec![],
+        sstables: vec![],
+        ranges: vec![TokenRange {
+            start: "-9223372036854775808".into(),
+            end: "0".into(),
+        }],
+        transient_ranges: vec![],
+        repaired_at: Some(1_700_000_000_000),
+        pending_repair: None,
+        layout: cleave::operator::crd::Layout::Copy,
+        digest: Default::default(),
+        publish: Default::default(),
+        dry_run: false,
+        max_bytes_per_second: Some(10_000_000),
+        parallelism,
+        ttl_seconds_after_finished: None,
+    };
+    for (p, want) in [(None, 1), (Some(2), 2)] {
+        let mut st = JobStatus::default();
+        let name = format!("par{want}");
+        let (outcome, stats) = job::run_with_stats(
+            &spec(p),
+            &name,
+            &data,
+            &mut st,
+            &Arc::new(AtomicBool::new(false)),
+            &NodeLimits::default(),
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(outcome, Outcome::Complete);
+        assert_eq!(st.results.len(), 4);
+        assert_eq!(stats.max_in_flight, want, "parallelism {p:?}");
+    }
 }

@@ -97,17 +97,14 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         manifest_path.display()
     );
     let metrics = cleave::operator::metrics::Metrics::new()?;
-    let ctx = std::sync::Arc::new(cleave::operator::reconcile::Ctx {
-        store: cleave::operator::local::LocalStore {
+    let ctx = std::sync::Arc::new(cleave::operator::reconcile::Ctx::new(
+        cleave::operator::local::LocalStore {
             dir: manifests.clone(),
         },
-        node: "demo-node".into(),
-        identity: super::run::identity("demo-node"),
-        data_dir: data.clone(),
+        "demo-node",
+        data.clone(),
         metrics,
-        shutdown: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        phases: Default::default(),
-    });
+    ));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -117,7 +114,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         true,
     ))?;
     let status_text = std::fs::read_to_string(manifests.join("demo-repair.status.yaml"))?;
-    let status: cleave::operator::crd::JobStatus = serde_norway::from_str(&status_text)?;
+    let status: cleave::operator::crd::JobStatus = serde_saphyr::from_str(&status_text)?;
     // The children's check: each passes the full integrity check, and together they hold
     // exactly the parents' keys.
     let mut parents_fp = cleave::sstable::fingerprint::Fingerprint::default();
@@ -145,7 +142,8 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
             }));
         }
     }
-    let ok = status.phase.as_deref() == Some("Complete") && parents_fp == children_fp;
+    let ok = status.phase == Some(cleave::operator::status::Phase::Complete)
+        && parents_fp == children_fp;
     if a.json {
         let v = serde_json::json!({"status": status, "children": children, "check": {"parents": parents_fp, "children": children_fp, "ok": ok}});
         println!("{}", serde_json::to_string_pretty(&v)?);

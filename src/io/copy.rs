@@ -2,8 +2,9 @@
 //! extents on some filesystems), falling back to a buffered copy where the kernel refuses.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
+
+use nix::errno::Errno;
 
 /// Copies `len` bytes of `src` at `src_offset` to `dst` at `dst_offset`.
 pub fn copy_range(
@@ -14,32 +15,22 @@ pub fn copy_range(
     mut dst_offset: u64,
 ) -> std::io::Result<()> {
     while len > 0 {
-        let mut so = src_offset as libc::loff_t;
-        let mut d = dst_offset as libc::loff_t;
-        // SAFETY: both descriptors are open; offsets are in/out parameters we own.
-        let n = unsafe {
-            libc::copy_file_range(
-                src.as_raw_fd(),
-                &mut so,
-                dst.as_raw_fd(),
-                &mut d,
-                len.min(1 << 30) as usize,
-                0,
-            )
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EXDEV)
-                | Some(libc::ENOSYS)
-                | Some(libc::EOPNOTSUPP)
-                | Some(libc::EINVAL) => {
-                    return buffered_copy(src, src_offset, len, dst, dst_offset);
-                }
-                Some(libc::EINTR) => continue,
-                _ => return Err(e),
+        let mut so = src_offset as i64;
+        let mut d = dst_offset as i64;
+        let n = match nix::fcntl::copy_file_range(
+            src,
+            Some(&mut so),
+            dst,
+            Some(&mut d),
+            len.min(1 << 30) as usize,
+        ) {
+            Ok(n) => n,
+            Err(Errno::EXDEV | Errno::ENOSYS | Errno::EOPNOTSUPP | Errno::EINVAL) => {
+                return buffered_copy(src, src_offset, len, dst, dst_offset);
             }
-        }
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
         if n == 0 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,

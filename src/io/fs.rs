@@ -2,21 +2,13 @@
 //! page-cache advice.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// The filesystem's block size (`statvfs.f_bsize`): FICLONERANGE's alignment unit.
 pub fn block_size(path: &Path) -> std::io::Result<u64> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains NUL"))?;
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid C string and `st` a properly sized out-parameter.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(st.f_bsize.max(512))
+    let st = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
+    Ok((st.block_size() as u64).max(512))
 }
 
 /// The device a path lives on: equal devices mean one filesystem (needed for reflink and
@@ -33,37 +25,48 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// `posix_fadvise(POSIX_FADV_DONTNEED)` on a range (`len` 0 = to EOF). Like Cassandra's
 /// `NativeLibrary.trySkipCache`, a failure only costs page cache, so it is ignored.
 pub fn drop_cache(file: &File, offset: u64, len: u64) {
-    // SAFETY: plain syscall on an open descriptor.
-    unsafe {
-        libc::posix_fadvise(
-            file.as_raw_fd(),
-            offset as libc::off_t,
-            len as libc::off_t,
-            libc::POSIX_FADV_DONTNEED,
-        );
-    }
+    let _ = nix::fcntl::posix_fadvise(
+        file,
+        offset as libc::off_t,
+        len as libc::off_t,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    );
 }
 
 /// Whether a directory's filesystem is one that shares extents (XFS, btrfs), from
 /// `statfs.f_type`, without writing anything: what a dry run reports. XFS without
 /// `reflink=1` is reported as supported here; the real probe of a split tells them apart.
 pub fn guess_reflink(dir: &Path) -> super::reflink::ReflinkSupport {
-    const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
-    const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
-    let c = match std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) {
-        Ok(c) => c,
-        Err(_) => {
-            return super::reflink::ReflinkSupport::Refused(super::reflink::CloneRefusal::Invalid)
+    use nix::sys::statfs::{statfs, BTRFS_SUPER_MAGIC, XFS_SUPER_MAGIC};
+    match statfs(dir) {
+        Ok(st)
+            if st.filesystem_type() == XFS_SUPER_MAGIC
+                || st.filesystem_type() == BTRFS_SUPER_MAGIC =>
+        {
+            super::reflink::ReflinkSupport::Supported {
+                block_size: block_size(dir).unwrap_or(4096),
+            }
         }
-    };
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: valid C string and out-parameter.
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    if rc == 0 && (st.f_type as i64 == XFS_SUPER_MAGIC || st.f_type as i64 == BTRFS_SUPER_MAGIC) {
-        super::reflink::ReflinkSupport::Supported {
-            block_size: block_size(dir).unwrap_or(4096),
+        Ok(_) => {
+            super::reflink::ReflinkSupport::Refused(super::reflink::CloneRefusal::NotSupported)
         }
-    } else {
-        super::reflink::ReflinkSupport::Refused(super::reflink::CloneRefusal::NotSupported)
+        Err(_) => super::reflink::ReflinkSupport::Refused(super::reflink::CloneRefusal::Invalid),
     }
+}
+
+/// Space of the filesystem holding `path` (`statvfs`): bytes available to an unprivileged
+/// writer (`f_bavail`) and the filesystem's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Space {
+    pub available: u64,
+    pub total: u64,
+}
+
+pub fn space(path: &Path) -> std::io::Result<Space> {
+    let st = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
+    let frag = st.fragment_size() as u64;
+    Ok(Space {
+        available: (st.blocks_available() as u64).saturating_mul(frag),
+        total: (st.blocks() as u64).saturating_mul(frag),
+    })
 }

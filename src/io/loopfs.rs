@@ -69,14 +69,8 @@ impl LoopMount {
 
     /// Bytes used on the filesystem (statvfs), to measure what sharing saved.
     pub fn used_bytes(&self) -> std::io::Result<u64> {
-        let c = std::ffi::CString::new(self.mount_point.as_os_str().as_encoded_bytes())
-            .map_err(std::io::Error::other)?;
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: valid C string and out-parameter.
-        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok((st.f_blocks - st.f_bfree) * st.f_frsize)
+        let st = nix::sys::statvfs::statvfs(&self.mount_point).map_err(std::io::Error::from)?;
+        Ok((st.blocks() as u64 - st.blocks_free() as u64) * st.fragment_size() as u64)
     }
 }
 

@@ -201,3 +201,151 @@ mod tests {
         assert!(cpu_time().unwrap().total() >= a.total());
     }
 }
+
+/// `PROC_PID_INIT_INO` (include/linux/proc_ns.h): the inode of the initial PID namespace,
+/// what `/proc/self/ns/pid` links to on the host or in a `hostPID` pod.
+const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+
+/// Whether this process can see every process that might hold a table's files, which is
+/// what "no process holds them" needs before it means anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Visibility {
+    /// The node's processes (or the pod's, with a shared PID namespace) are visible and
+    /// their open files readable.
+    Visible { processes: usize },
+    /// Cannot rule out a process it does not see; why, and what to configure.
+    Limited(String),
+}
+
+/// What the probe found, before judging it (pure input of [`judge_visibility`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcFacts {
+    /// The inode of our PID namespace (`/proc/self/ns/pid`).
+    pub pid_ns: Option<u64>,
+    /// PID 1 of our namespace is this process, or shares our mount namespace (our own
+    /// container's init): nothing outside the container is visible.
+    pub pid1_is_our_container: bool,
+    pub processes: usize,
+    /// Processes whose `/proc/<pid>/fd` could not be read (pid, error).
+    pub unreadable: Vec<(u32, String)>,
+}
+
+pub fn judge_visibility(f: &ProcFacts) -> Visibility {
+    let host = f.pid_ns == Some(PROC_PID_INIT_INO);
+    if !host && f.pid1_is_our_container {
+        return Visibility::Limited(format!(
+            "cleave is in a PID namespace of its own (pid namespace {}, {} processes visible): it cannot see whether Cassandra runs. Set `shareProcessNamespace: true` on the pod (Cassandra in the same pod) or `hostPID: true`",
+            f.pid_ns.map_or("unknown".into(), |n| n.to_string()),
+            f.processes
+        ));
+    }
+    if let Some((pid, e)) = f.unreadable.first() {
+        return Visibility::Limited(format!(
+            "cannot read the open files of {} process(es), e.g. /proc/{pid}/fd: {e}. Run the sidecar as the Cassandra user or root with CAP_SYS_PTRACE",
+            f.unreadable.len()
+        ));
+    }
+    Visibility::Visible {
+        processes: f.processes,
+    }
+}
+
+fn ns_inode(link: &std::path::Path) -> Option<u64> {
+    // "pid:[4026531836]"
+    let t = std::fs::read_link(link).ok()?;
+    let t = t.to_str()?;
+    t.split_once('[')?.1.strip_suffix(']')?.parse().ok()
+}
+
+/// Probes `/proc`: our PID namespace, PID 1's, and whether every process's fds are readable.
+pub fn probe_visibility() -> Visibility {
+    judge_visibility(&proc_facts())
+}
+
+pub fn proc_facts() -> ProcFacts {
+    let me = std::process::id();
+    let own_mnt = ns_inode(std::path::Path::new("/proc/self/ns/mnt"));
+    let pid1_mnt = ns_inode(std::path::Path::new("/proc/1/ns/mnt"));
+    let mut processes = 0;
+    let mut unreadable = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.filter_map(|e| e.ok()) {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            processes += 1;
+            if pid == me {
+                continue;
+            }
+            if let Err(err) = std::fs::read_dir(e.path().join("fd")) {
+                // A process that exited between the listing and now is not a holder.
+                if err.kind() != ErrorKind::NotFound {
+                    unreadable.push((pid, err.to_string()));
+                }
+            }
+        }
+    }
+    ProcFacts {
+        pid_ns: ns_inode(std::path::Path::new("/proc/self/ns/pid")),
+        pid1_is_our_container: me == 1 || (own_mnt.is_some() && own_mnt == pid1_mnt),
+        processes,
+        unreadable,
+    }
+}
+
+#[cfg(test)]
+mod visibility_tests {
+    use super::*;
+
+    fn facts() -> ProcFacts {
+        ProcFacts {
+            pid_ns: Some(PROC_PID_INIT_INO),
+            pid1_is_our_container: true,
+            processes: 200,
+            unreadable: vec![],
+        }
+    }
+
+    #[test]
+    fn the_host_pid_namespace_is_visible_a_private_one_is_not() {
+        assert_eq!(
+            judge_visibility(&facts()),
+            Visibility::Visible { processes: 200 }
+        );
+        let private = ProcFacts {
+            pid_ns: Some(4026532500),
+            processes: 1,
+            ..facts()
+        };
+        assert!(
+            matches!(judge_visibility(&private), Visibility::Limited(m) if m.contains("shareProcessNamespace"))
+        );
+        // A shared pod PID namespace: PID 1 is the pause container, not ours.
+        let shared = ProcFacts {
+            pid1_is_our_container: false,
+            ..private
+        };
+        assert!(matches!(
+            judge_visibility(&shared),
+            Visibility::Visible { .. }
+        ));
+    }
+
+    #[test]
+    fn unreadable_fds_limit_visibility() {
+        let f = ProcFacts {
+            unreadable: vec![(42, "Permission denied".into())],
+            ..facts()
+        };
+        assert!(
+            matches!(judge_visibility(&f), Visibility::Limited(m) if m.contains("/proc/42/fd") && m.contains("CAP_SYS_PTRACE"))
+        );
+    }
+
+    #[test]
+    fn this_process_sees_itself() {
+        let f = proc_facts();
+        assert!(f.processes >= 1);
+        assert!(f.pid_ns.is_some());
+    }
+}

@@ -12,17 +12,6 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-/// `_IOW(0x94, 13, struct file_clone_range)` from `<linux/fs.h>`.
-const FICLONERANGE: libc::c_ulong = 0x4020_940d;
-
-#[repr(C)]
-struct FileCloneRange {
-    src_fd: i64,
-    src_offset: u64,
-    src_length: u64,
-    dest_offset: u64,
-}
-
 /// Why the kernel refused to share extents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -103,7 +92,8 @@ pub fn clone_range(
     dst: &File,
     dst_offset: u64,
 ) -> Result<(), CloneRefusal> {
-    let arg = FileCloneRange {
+    // Request number and struct from libc (`<linux/fs.h>`): nix has no FICLONERANGE wrapper.
+    let arg = libc::file_clone_range {
         src_fd: src.as_raw_fd() as i64,
         src_offset,
         src_length: len,
@@ -113,8 +103,8 @@ pub fn clone_range(
     let rc = unsafe {
         libc::ioctl(
             dst.as_raw_fd(),
-            FICLONERANGE as _,
-            &arg as *const FileCloneRange,
+            libc::FICLONERANGE as _,
+            &arg as *const libc::file_clone_range,
         )
     };
     if rc == 0 {

@@ -1,7 +1,9 @@
-//! The Kubernetes controllers: kube-runtime `Controller`s for both kinds, acting only on this
-//! node's resources, the job reconciler wrapped in the finalizer helper (opt-out with the
-//! annotation `cleave.dev/finalizer: disabled`), status by server-side apply, Events, an
-//! error policy with per-object exponential backoff, bounded concurrency, graceful shutdown.
+//! The Kubernetes controllers: kube-runtime `Controller`s for both kinds. AnticompactionJobs
+//! are watched with the server-side label selector `cleave.dev/node=<node>` (the watch does
+//! not grow with the cluster) and filtered on `spec.nodeName` again here; the job reconciler
+//! is wrapped in the finalizer helper (opt-out with the annotation
+//! `cleave.dev/finalizer: disabled`); status by server-side apply; Events; an error policy
+//! with per-object exponential backoff; graceful shutdown that checkpoints running jobs.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -11,13 +13,16 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Event, EventType as KEventType, Recorder, Reporter};
+use kube::runtime::events::{Event as KEvent, EventType as KEventType, Recorder, Reporter};
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
+use tracing::{error, info, instrument, warn};
 
 use super::crd::{AnticompactionJob, JobStatus, RangeStream};
-use super::reconcile::{self, Ctx, EventType, OperatorError, Store};
+use super::decide::NODE_LABEL;
+use super::reconcile::{self, Ctx, OperatorError, Store, JOB, STREAM};
+use super::status::{EventType, Note};
 
 pub const FINALIZER: &str = "cleave.dev/cleanup";
 pub const FINALIZER_OPT_OUT: &str = "cleave.dev/finalizer";
@@ -30,22 +35,54 @@ pub struct KubeStore {
     pub failures: Mutex<HashMap<String, u32>>,
 }
 
+impl KubeStore {
+    pub fn new(client: Client, node: &str) -> KubeStore {
+        KubeStore {
+            recorder: Recorder::new(client.clone(), reporter(node)),
+            client,
+            field_manager: format!("cleave-{node}"),
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn jobs(&self, job: &AnticompactionJob) -> Api<AnticompactionJob> {
+        Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default())
+    }
+}
+
 impl Store for KubeStore {
     async fn patch_status(
         &self,
         job: &AnticompactionJob,
         status: &JobStatus,
-    ) -> Result<(), OperatorError> {
-        let api: Api<AnticompactionJob> =
-            Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default());
-        let body = serde_json::json!({"apiVersion": "cleave.dev/v1alpha1", "kind": "AnticompactionJob", "status": status});
-        api.patch_status(
-            &job.name_any(),
-            &PatchParams::apply(&self.field_manager).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
-        Ok(())
+        expect: Option<&str>,
+    ) -> Result<Option<String>, OperatorError> {
+        // A resourceVersion in an apply body is a precondition: the apiserver answers 409
+        // unless the object is still at that version.
+        let mut body = serde_json::json!({
+            "apiVersion": "cleave.dev/v1alpha1",
+            "kind": "AnticompactionJob",
+            "status": status,
+        });
+        if let Some(rv) = expect {
+            body["metadata"] = serde_json::json!({ "resourceVersion": rv });
+        }
+        let after = self
+            .jobs(job)
+            .patch_status(
+                &job.name_any(),
+                &PatchParams::apply(&self.field_manager).force(),
+                &Patch::Apply(&body),
+            )
+            .await?;
+        Ok(after.resource_version())
+    }
+
+    async fn get(
+        &self,
+        job: &AnticompactionJob,
+    ) -> Result<Option<AnticompactionJob>, OperatorError> {
+        Ok(self.jobs(job).get_opt(&job.name_any()).await?)
     }
 
     async fn patch_stream_status(
@@ -66,26 +103,28 @@ impl Store for KubeStore {
     }
 
     async fn delete(&self, job: &AnticompactionJob) -> Result<(), OperatorError> {
-        let api: Api<AnticompactionJob> =
-            Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default());
-        api.delete(&job.name_any(), &DeleteParams::background())
+        self.jobs(job)
+            .delete(&job.name_any(), &DeleteParams::background())
             .await?;
         Ok(())
     }
 
-    async fn event(&self, job: &AnticompactionJob, t: EventType, reason: &str, note: &str) {
-        let ev = Event {
-            type_: match t {
+    async fn event<K>(&self, obj: &K, note: &Note)
+    where
+        K: Resource<DynamicType = ()> + Sync,
+    {
+        let ev = KEvent {
+            type_: match note.type_ {
                 EventType::Normal => KEventType::Normal,
                 EventType::Warning => KEventType::Warning,
             },
-            reason: reason.chars().take(128).collect(),
-            note: Some(note.chars().take(1024).collect()),
-            action: "Anticompaction".into(),
+            reason: note.reason.chars().take(128).collect(),
+            note: Some(note.message.chars().take(1024).collect()),
+            action: K::kind(&()).to_string(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, &job.object_ref(&())).await {
-            eprintln!("cleave: event {reason} for {}: {e}", job.name_any());
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            warn!(reason = %note.reason, error = %e, "publishing an Event failed (RBAC: create on events.events.k8s.io)");
         }
     }
 }
@@ -96,11 +135,52 @@ fn opted_out(job: &AnticompactionJob) -> bool {
         .is_some_and(|v| v == "disabled")
 }
 
+/// Removes `finalizer` from the job without touching anyone else's: a JSON patch that
+/// tests the entry at its index before removing it, so a concurrent change to the list
+/// (another controller adding or removing its own) makes the apiserver refuse (422) instead
+/// of this write dropping theirs. On a refusal, re-read and try again.
+pub async fn remove_finalizer(
+    api: &Api<AnticompactionJob>,
+    job: &AnticompactionJob,
+    finalizer: &str,
+) -> Result<(), OperatorError> {
+    let name = job.name_any();
+    let mut current = job.finalizers().to_vec();
+    for _ in 0..5 {
+        let Some(i) = current.iter().position(|f| f == finalizer) else {
+            return Ok(());
+        };
+        let patch: Patch<()> = Patch::Json(
+            serde_json::from_value(serde_json::json!([
+                {"op": "test", "path": format!("/metadata/finalizers/{i}"), "value": finalizer},
+                {"op": "remove", "path": format!("/metadata/finalizers/{i}")},
+            ]))
+            .map_err(|e| OperatorError::Finalizer(e.to_string()))?,
+        );
+        match api.patch(&name, &PatchParams::default(), &patch).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 => {
+                info!(finalizer, "finalizer list changed under us; re-reading");
+                match api.get_opt(&name).await? {
+                    Some(j) => current = j.finalizers().to_vec(),
+                    None => return Ok(()),
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(OperatorError::Finalizer(format!(
+        "{finalizer} not removed from {name}: the finalizer list kept changing"
+    )))
+}
+
 async fn reconcile_job(
     job: Arc<AnticompactionJob>,
     ctx: Arc<Ctx<KubeStore>>,
 ) -> Result<Action, OperatorError> {
-    // Other nodes' jobs: not even a finalizer (a node that is gone must not wedge deletion).
+    // The safety net behind the label selector: other nodes' jobs get nothing, not even a
+    // finalizer (a node that is gone must not wedge deletion).
     if job.spec.node_name != ctx.node {
         return Ok(Action::await_change());
     }
@@ -109,22 +189,9 @@ async fn reconcile_job(
     let key = format!("{ns}/{}", job.name_any());
     let result = if opted_out(&job) {
         if job.meta().deletion_timestamp.is_some() {
-            // Remove our finalizer if an earlier version of the job had it.
-            let fins: Vec<String> = job
-                .finalizers()
-                .iter()
-                .filter(|f| *f != FINALIZER)
-                .cloned()
-                .collect();
-            if fins.len() != job.finalizers().len() {
-                let patch = serde_json::json!({"metadata": {"finalizers": fins}});
-                api.patch(
-                    &job.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await?;
-            }
+            // An earlier version of the job may have had our finalizer.
+            remove_finalizer(&api, &job, FINALIZER).await?;
+            reconcile::forget_job(&ctx, &job);
             Ok(Action::await_change())
         } else {
             reconcile::reconcile_job(job.clone(), ctx.clone()).await
@@ -148,12 +215,23 @@ async fn reconcile_job(
     result
 }
 
-/// Deletion: remove the job's unpublished leftovers (staging directories, an interrupted
-/// replace) on this node. Children already published stay: they are Cassandra's data.
+/// Deletion: stop the job if it runs here, then remove its unpublished leftovers (staging
+/// directories, an interrupted replace) on this node. Children already published stay:
+/// they are Cassandra's data.
+#[instrument(skip_all, fields(kind = JOB, namespace = job.metadata.namespace.as_deref().unwrap_or_default(), name = job.metadata.name.as_deref().unwrap_or_default()))]
 async fn cleanup(
     job: Arc<AnticompactionJob>,
     ctx: Arc<Ctx<KubeStore>>,
 ) -> Result<Action, OperatorError> {
+    let key = reconcile::key_of(&*job);
+    if ctx.runs.cancel(&key) {
+        info!("job deleted while running: stopping it after the current sstable");
+        if !ctx.runs.wait_stopped(&key, Duration::from_secs(300)).await {
+            return Err(OperatorError::Task(
+                "the running job did not stop within 300 s".into(),
+            ));
+        }
+    }
     let data_dir = job
         .spec
         .data_directory
@@ -168,13 +246,22 @@ async fn cleanup(
     })
     .await
     .map_err(|e| OperatorError::Task(e.to_string()))?;
-    let note = match r {
+    let message = match r {
         Ok(()) => "leftovers of this job removed".to_string(),
         Err(f) => format!("cleanup incomplete: {}", f.message),
     };
+    info!(detail = %message, "cleanup");
     ctx.store
-        .event(&job, EventType::Normal, "Cleanup", &note)
+        .event(
+            &*job,
+            &Note {
+                type_: EventType::Normal,
+                reason: "Cleanup".into(),
+                message,
+            },
+        )
         .await;
+    reconcile::forget_job(&ctx, &job);
     Ok(Action::await_change())
 }
 
@@ -195,11 +282,14 @@ fn error_policy(
         })
         .unwrap_or(1);
     let backoff = Duration::from_secs((5u64 << n.min(6)).min(300));
-    eprintln!(
-        "cleave: reconcile of {} failed ({}), retry in {:?}: {err}",
-        job.name_any(),
-        err.label(),
-        backoff
+    warn!(
+        kind = JOB,
+        namespace = job.namespace().unwrap_or_default(),
+        name = job.name_any(),
+        error = %err,
+        label = err.label(),
+        retry_in = ?backoff,
+        "reconcile failed"
     );
     Action::requeue(backoff)
 }
@@ -212,21 +302,76 @@ async fn reconcile_stream(
 }
 
 fn stream_error_policy(
-    _s: Arc<RangeStream>,
+    s: Arc<RangeStream>,
     err: &OperatorError,
     _ctx: Arc<Ctx<KubeStore>>,
 ) -> Action {
-    eprintln!("cleave: RangeStream reconcile failed: {err}");
+    warn!(kind = STREAM, namespace = s.namespace().unwrap_or_default(), name = s.name_any(), error = %err, "reconcile failed; retry in 15 s");
     Action::requeue(Duration::from_secs(15))
 }
 
-/// Runs both controllers until SIGTERM/SIGINT; a running job stops after its current
-/// sstable and checkpoints its status.
+/// What an admin should do about a watch error: the apiserver's code, said in words.
+pub fn explain_watch_error(e: &watcher::Error) -> String {
+    let status = match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some((s.code, s.message.clone())),
+        watcher::Error::WatchError(s) => Some((s.code, s.message.clone())),
+        _ => None,
+    };
+    match status {
+        Some((403, m)) => format!("forbidden: the sidecar's ServiceAccount needs get, list, watch (and patch on the status subresource) on anticompactionjobs.cleave.dev and rangestreams.cleave.dev; see the chart's ClusterRole. apiserver: {m}"),
+        Some((404, m)) => format!("not found: the cleave.dev CRDs are not installed (kubectl apply --server-side -f crds/). apiserver: {m}"),
+        Some((401, m)) => format!("unauthorized: the sidecar's credentials were rejected (token expired or wrong kubeconfig). apiserver: {m}"),
+        _ => format!("{e}; the watch retries with backoff"),
+    }
+}
+
+fn log_controller_error<K: Resource>(
+    kind: &'static str,
+    r: Result<
+        (kube::runtime::reflector::ObjectRef<K>, Action),
+        controller::Error<OperatorError, watcher::Error>,
+    >,
+) {
+    match r {
+        Ok(_) => {}
+        Err(controller::Error::QueueError(e)) => {
+            error!(kind, error = %e, "watching {kind}s failed: {}", explain_watch_error(&e));
+        }
+        // The error policy already logged it.
+        Err(controller::Error::ReconcilerFailed(..)) => {}
+        Err(controller::Error::ObjectNotFound(o)) => {
+            tracing::debug!(kind, object = %o, "reconcile of an object no longer in the cache");
+        }
+        Err(e) => warn!(kind, error = %e, "controller error"),
+    }
+}
+
+/// Whether a controller's reflector store has seen its first complete list. Polled with a
+/// timeout in a loop: kube-runtime's readiness cell wakes only the last of several waiters
+/// (the controller's own runner waits on it too), a later poll still sees it ready.
+async fn store_ready<K>(s: &kube::runtime::reflector::Store<K>) -> bool
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        match tokio::time::timeout(Duration::from_millis(250), s.wait_until_ready()).await {
+            Ok(r) => return r.is_ok(),
+            Err(_) => continue,
+        }
+    }
+}
+
+/// Runs both controllers until `stop` completes; then running jobs stop after their
+/// current sstable, checkpoint their status and release their leases before this returns.
 pub async fn run(
     client: Client,
     namespace: Option<String>,
     ctx: Arc<Ctx<KubeStore>>,
     concurrency: u16,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let jobs: Api<AnticompactionJob> = match &namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -236,38 +381,53 @@ pub async fn run(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let shutdown = ctx.shutdown.clone();
-    let signal = async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = async { if let Some(t) = term.as_mut() { t.recv().await; } else { futures::future::pending::<()>().await } } => {}
-        }
-        eprintln!("cleave: shutting down: running jobs stop after their current sstable");
-        shutdown.store(true, Ordering::Relaxed);
-    };
     let (tx, rx) = tokio::sync::watch::channel(false);
+    let c = ctx.clone();
     tokio::spawn(async move {
-        signal.await;
+        stop.await;
+        info!("shutting down: running jobs stop after their current sstable");
+        c.shutdown.store(true, Ordering::Relaxed);
+        c.runs.cancel_all();
         let _ = tx.send(true);
     });
-    let stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
     let cfg = controller::Config::default().concurrency(concurrency);
-    let c1 = Controller::new(jobs, watcher::Config::default())
-        .with_config(cfg.clone())
-        .graceful_shutdown_on(stop(rx.clone()))
+    let selector = format!("{NODE_LABEL}={}", ctx.node);
+    let c1 = Controller::new(jobs, watcher::Config::default().labels(&selector))
+        .with_config(cfg.clone());
+    // The RangeStream watch is not narrowed: a stream concerns its source and its
+    // destination node (issue 10 decides how the destination learns of it).
+    let c2 = Controller::new(streams, watcher::Config::default()).with_config(cfg);
+    // Ready once both watches have listed successfully (reflector stores are ready).
+    let (s1, s2) = (c1.store(), c2.store());
+    let metrics = ctx.metrics.clone();
+    tokio::spawn(async move {
+        if store_ready(&s1).await && store_ready(&s2).await {
+            info!("both CRDs listed: ready");
+            metrics.ready.store(true, Ordering::Relaxed);
+        }
+    });
+    let r1 = c1
+        .graceful_shutdown_on(stopped(rx.clone()))
         .run(reconcile_job, error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
-    let c2 = Controller::new(streams, watcher::Config::default())
-        .with_config(cfg)
-        .graceful_shutdown_on(stop(rx))
+        .for_each(|r| {
+            log_controller_error(JOB, r);
+            futures::future::ready(())
+        });
+    let r2 = c2
+        .graceful_shutdown_on(stopped(rx))
         .run(reconcile_stream, stream_error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
-    ctx.metrics.ready.store(true, Ordering::Relaxed);
-    futures::join!(c1, c2);
+        .for_each(|r| {
+            log_controller_error(STREAM, r);
+            futures::future::ready(())
+        });
+    futures::join!(r1, r2);
+    ctx.metrics.ready.store(false, Ordering::Relaxed);
+    if !ctx.runs.wait_idle(Duration::from_secs(3600)).await {
+        warn!("jobs still running after an hour of shutdown; exiting");
+    }
     Ok(())
 }
 

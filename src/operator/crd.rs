@@ -206,9 +206,8 @@ pub struct Worker {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobStatus {
-    /// Pending, Running, Planned, Complete, Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<super::status::Phase>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -247,17 +246,20 @@ fn strip_defaults(v: &mut serde_json::Value) {
 }
 
 /// Both CRDs as YAML documents, as `cleave crd` prints them and `crds/` holds them.
-pub fn crds_yaml() -> Result<String, serde_norway::Error> {
+/// serde-saphyr (the YAML crate kube's client already uses) quotes strings that a YAML 1.1
+/// reader such as kubectl would take for something else, e.g. the enum value `Off`
+/// (a boolean to YAML 1.1).
+pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
     use kube::CustomResourceExt;
     let mut out = String::new();
     for crd in [AnticompactionJob::crd(), RangeStream::crd()] {
         let mut v = serde_json::to_value(&crd)
-            .map_err(<serde_norway::Error as serde::ser::Error>::custom)?;
+            .map_err(<serde_saphyr::SerializeError as serde::ser::Error>::custom)?;
         for version in v["spec"]["versions"].as_array_mut().into_iter().flatten() {
             strip_defaults(&mut version["schema"]["openAPIV3Schema"]);
         }
         out.push_str("---\n");
-        out.push_str(&serde_norway::to_string(&v)?);
+        out.push_str(&serde_saphyr::to_string(&v)?);
     }
     Ok(out)
 }

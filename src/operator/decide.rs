@@ -1,17 +1,18 @@
 //! What to do next with a job, from its spec and status alone: validation, ownership
-//! (a heartbeat lease in status), TTL after finishing. Pure, so every rule is unit-tested.
+//! (a heartbeat lease in status), TTL after finishing, which jobs may not run side by side.
+//! Pure, so every rule is unit-tested.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::crd::{AnticompactionJobSpec, Condition, JobStatus};
+use super::crd::{AnticompactionJobSpec, JobStatus};
+use super::status;
 use crate::split::spec::{RepairSession, RepairedRanges};
 use crate::sstable::{Partitioner, TokenRange};
 
-pub const PHASE_PENDING: &str = "Pending";
-pub const PHASE_RUNNING: &str = "Running";
-pub const PHASE_PLANNED: &str = "Planned";
-pub const PHASE_COMPLETE: &str = "Complete";
-pub const PHASE_FAILED: &str = "Failed";
+/// The label job creators set so that only the named node's sidecar watches the job
+/// (a server-side label selector); it must equal `spec.nodeName`.
+pub const NODE_LABEL: &str = "cleave.dev/node";
 
 /// A worker that has not heartbeated for this long has lost the job.
 pub const LEASE: Duration = Duration::from_secs(30);
@@ -33,10 +34,7 @@ pub enum Next {
 }
 
 pub fn is_finished(s: Option<&JobStatus>) -> bool {
-    matches!(
-        s.and_then(|s| s.phase.as_deref()),
-        Some(PHASE_COMPLETE) | Some(PHASE_FAILED) | Some(PHASE_PLANNED)
-    )
+    status::phase(s).is_finished()
 }
 
 /// Seconds since the epoch of an RFC 3339 time written by `now_rfc3339`.
@@ -193,35 +191,61 @@ pub fn decide(
     Next::Run
 }
 
-/// Sets a condition, keeping its transition time when the status does not change
-/// (metav1.Condition semantics; conditions are a list-map keyed by type).
-pub fn set_condition(
-    conds: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: &str,
-    generation: Option<i64>,
-) {
-    let s = if status { "True" } else { "False" };
-    match conds.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != s {
-                c.last_transition_time = now_rfc3339();
-            }
-            c.status = s.into();
-            c.reason = reason.into();
-            c.message = message.into();
-            c.observed_generation = generation;
+/// The tables a job works on, for "one job per table at a time" (two jobs splitting the
+/// same parents would each publish children of the same rows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableClaim {
+    pub data_dir: PathBuf,
+    pub keyspace: String,
+    /// Empty: every table of the keyspace.
+    pub tables: Vec<String>,
+}
+
+impl TableClaim {
+    pub fn of(spec: &AnticompactionJobSpec, default_data_dir: &Path) -> TableClaim {
+        TableClaim {
+            data_dir: spec
+                .data_directory
+                .as_deref()
+                .map_or_else(|| default_data_dir.to_path_buf(), PathBuf::from),
+            keyspace: spec.keyspace.clone(),
+            tables: spec.tables.clone(),
         }
-        None => conds.push(Condition {
-            type_: type_.into(),
-            status: s.into(),
-            observed_generation: generation,
-            last_transition_time: now_rfc3339(),
-            reason: reason.into(),
-            message: message.into(),
-        }),
+    }
+
+    pub fn conflicts(&self, other: &TableClaim) -> bool {
+        self.data_dir == other.data_dir
+            && self.keyspace == other.keyspace
+            && (self.tables.is_empty()
+                || other.tables.is_empty()
+                || self.tables.iter().any(|t| other.tables.contains(t)))
+    }
+
+    /// `ks.t1,t2` or `ks.*`, for messages.
+    pub fn describe(&self) -> String {
+        if self.tables.is_empty() {
+            format!("{}.*", self.keyspace)
+        } else {
+            format!("{}.{}", self.keyspace, self.tables.join(","))
+        }
+    }
+}
+
+/// The node label must name the same node as `spec.nodeName`: a mismatch means the job
+/// was routed to this sidecar by mistake (it would never reach the named node's).
+pub fn check_node_label(
+    labels: &std::collections::BTreeMap<String, String>,
+    spec: &AnticompactionJobSpec,
+) -> Result<(), (String, String)> {
+    match labels.get(NODE_LABEL) {
+        Some(l) if *l != spec.node_name => Err((
+            "InvalidSpec".into(),
+            format!(
+                "label {NODE_LABEL}={l} does not match spec.nodeName {:?}",
+                spec.node_name
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -297,7 +321,7 @@ mod tests {
             .unwrap()
             .to_string();
         let st = JobStatus {
-            phase: Some(PHASE_RUNNING.into()),
+            phase: Some(status::Phase::Running),
             worker: Some(Worker {
                 identity: "other".into(),
                 heartbeat_time: beat,
@@ -327,7 +351,7 @@ mod tests {
             .unwrap()
             .to_string();
         let st = JobStatus {
-            phase: Some(PHASE_COMPLETE.into()),
+            phase: Some(status::Phase::Complete),
             completion_time: Some(done),
             ..Default::default()
         };
@@ -351,14 +375,31 @@ mod tests {
     }
 
     #[test]
-    fn conditions_keep_transition_time_when_unchanged() {
-        let mut c = Vec::new();
-        set_condition(&mut c, "Running", true, "Started", "", Some(1));
-        let t = c[0].last_transition_time.clone();
-        set_condition(&mut c, "Running", true, "Progress", "1/2", Some(1));
-        assert_eq!(c[0].last_transition_time, t);
-        assert_eq!(c.len(), 1);
-        set_condition(&mut c, "Complete", true, "Done", "", Some(1));
-        assert_eq!(c.len(), 2);
+    fn jobs_conflict_on_a_shared_table_or_a_whole_keyspace() {
+        let c = |ks: &str, t: &[&str]| TableClaim {
+            data_dir: "/d".into(),
+            keyspace: ks.into(),
+            tables: t.iter().map(|s| s.to_string()).collect(),
+        };
+        assert!(c("ks", &["a"]).conflicts(&c("ks", &["a", "b"])));
+        assert!(!c("ks", &["a"]).conflicts(&c("ks", &["b"])));
+        assert!(c("ks", &[]).conflicts(&c("ks", &["b"])));
+        assert!(!c("ks", &[]).conflicts(&c("ks2", &[])));
+        let mut other_dir = c("ks", &["a"]);
+        other_dir.data_dir = "/e".into();
+        assert!(!other_dir.conflicts(&c("ks", &["a"])));
+    }
+
+    #[test]
+    fn the_node_label_must_match_the_node_name() {
+        let mut l = std::collections::BTreeMap::new();
+        assert!(
+            check_node_label(&l, &spec()).is_ok(),
+            "no label: the client-side filter decides"
+        );
+        l.insert(NODE_LABEL.to_string(), "n1".to_string());
+        assert!(check_node_label(&l, &spec()).is_ok());
+        l.insert(NODE_LABEL.to_string(), "n2".to_string());
+        assert!(check_node_label(&l, &spec()).is_err());
     }
 }

@@ -3,11 +3,13 @@
 //! after the last recorded one), and stop between sstables when asked to.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::crd::{self, AnticompactionJobSpec, JobStatus, SSTableResult};
 use super::decide;
+use crate::io::throttle::TokenBucket;
+use crate::reason::Reason;
 use crate::split::plan::Layout;
 use crate::split::publish::{self, Publish};
 use crate::split::spec::Cut;
@@ -19,6 +21,24 @@ use crate::sstable::{Component, Descriptor, Format};
 /// filesystem; not dot-prefixed, which Cassandra would take for a secondary index).
 pub const STAGED_DIR: &str = "cleave-staged";
 
+/// Node-wide limits of the sidecar (`cleave run` flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeLimits {
+    /// `--max-concurrent-jobs`: jobs running at once on this node.
+    pub max_concurrent_jobs: usize,
+    /// `--min-free-percent`: the space pre-flight keeps this much of the filesystem free.
+    pub min_free_percent: u8,
+}
+
+impl Default for NodeLimits {
+    fn default() -> NodeLimits {
+        NodeLimits {
+            max_concurrent_jobs: 1,
+            min_free_percent: 10,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     pub reason: String,
@@ -26,7 +46,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    fn new(reason: &str, message: impl Into<String>) -> Failure {
+    pub fn new(reason: &str, message: impl Into<String>) -> Failure {
         Failure {
             reason: reason.into(),
             message: message.into(),
@@ -166,16 +186,185 @@ pub enum Outcome {
     Cancelled,
 }
 
+/// Bytes the children of `parent` need that are not shared with it: every rebuilt
+/// component (Index, Summary, Filter, Statistics, … add up to about the parent's), plus its
+/// Data.db unless the output filesystem shares extents, in which case only the re-encoded
+/// edge chunks are written (bounded by 1 MiB per parent here). Conservative on purpose:
+/// the pre-flight refuses a job rather than let it hit ENOSPC halfway.
+pub fn predicted_bytes(parent: &Path, reflink: bool) -> u64 {
+    let Ok((desc, _)) = Descriptor::from_path(parent) else {
+        return 0;
+    };
+    let dir = parent.parent().unwrap_or(Path::new("."));
+    let mut total = 0u64;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    for e in rd.filter_map(|e| e.ok()) {
+        let Ok((d, c)) = Descriptor::from_path(&e.path()) else {
+            continue;
+        };
+        if d != desc {
+            continue;
+        }
+        let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+        total += match c {
+            Component::Data if reflink => len.min(1 << 20),
+            _ => len,
+        };
+    }
+    total
+}
+
+/// The space pre-flight: `predicted` must fit in the available space minus
+/// `min_free_percent` of the filesystem. Pure.
+pub fn check_space(
+    dir: &Path,
+    predicted: u64,
+    space: crate::io::fs::Space,
+    min_free_percent: u8,
+) -> Result<(), Failure> {
+    let reserve = space.total / 100 * u64::from(min_free_percent.min(100));
+    let usable = space.available.saturating_sub(reserve);
+    if predicted > usable {
+        return Err(Failure::new(
+            Reason::InsufficientSpace.as_str(),
+            format!(
+                "{}: the children need about {predicted} bytes; {} bytes are available and {reserve} ({min_free_percent}% of {}) must stay free (--min-free-percent): nothing was written",
+                dir.display(),
+                space.available,
+                space.total
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `publish: Replace` needs Cassandra stopped: refused unless this sidecar can see every
+/// process of the node (or the pod) and none holds the table's files.
+pub fn check_replace(dirs: &[PathBuf]) -> Result<(), Failure> {
+    use crate::io::proc::{probe_visibility, Visibility};
+    if let Visibility::Limited(why) = probe_visibility() {
+        return Err(Failure::new(
+            Reason::CassandraMayBeRunning.as_str(),
+            format!("publish: Replace refused: {why}. Or use publish: Stage and import the children with `nodetool import` into a running Cassandra (docs/operator.md)"),
+        ));
+    }
+    for d in dirs {
+        if let Some((pid, cmd)) = publish::processes_holding(d).first() {
+            return Err(Failure::new(
+                Reason::CassandraRunning.as_str(),
+                format!(
+                    "publish: Replace refused: process {pid} ({cmd}) holds files under {}; stop Cassandra first (docs/operator.md) or use publish: Stage",
+                    d.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Splits one parent: the one call into the split engine.
+fn split_one(
+    spec: &AnticompactionJobSpec,
+    job_name: &str,
+    parent: &Path,
+    throttle: Option<&Arc<TokenBucket>>,
+) -> Result<(SSTableResult, SplitReport), Failure> {
+    let layout = match spec.layout {
+        crd::Layout::Auto => None,
+        crd::Layout::Aligned => Some(Layout::Aligned),
+        crd::Layout::Padded => Some(Layout::Padded),
+        crd::Layout::Copy => Some(Layout::Copy),
+        crd::Layout::Regrid => Some(Layout::Regrid),
+    };
+    let opened = Parent::open(parent).map_err(SplitError::from)?;
+    let ranges = decide::validate_ranges(spec, opened.table().partitioner)
+        .map_err(|(r, m)| Failure::new(&r, m))?;
+    let table_dir = parent.parent().map(Path::to_path_buf).unwrap_or_default();
+    let out_dir = match spec.publish {
+        _ if spec.dry_run => table_dir.clone(),
+        crd::Publish::Replace => table_dir.clone(),
+        crd::Publish::Stage => table_dir.join(STAGED_DIR).join(job_name),
+    };
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|e| Failure::new("Refused", format!("{}: {e}", out_dir.display())))?;
+    let policy = Policy {
+        layout,
+        allow_padded: spec.layout == crd::Layout::Padded,
+        digest: match spec.digest {
+            crd::Digest::Off => DigestPolicy::Off,
+            crd::Digest::Combine => DigestPolicy::Combine,
+            crd::Digest::Full => DigestPolicy::Full,
+        },
+        merge_below_chunks: 8,
+        throttle: throttle.cloned(),
+    };
+    let target = Target {
+        out_dir,
+        publish: match spec.publish {
+            crd::Publish::Stage => Publish::Stage,
+            crd::Publish::Replace => Publish::Replace,
+        },
+        dry_run: spec.dry_run,
+    };
+    let report = split::run(&opened, &Cut::Ranges(ranges), &policy, &target, &mut |_| {})?;
+    let result = SSTableResult {
+        parent: parent.to_string_lossy().to_string(),
+        children: report
+            .children
+            .iter()
+            .map(|c| c.path.to_string_lossy().to_string())
+            .collect(),
+        layout: report
+            .children
+            .first()
+            .map(|c| format!("{:?}", c.layout).to_lowercase()),
+        fallback_reason: report
+            .children
+            .iter()
+            .find_map(|c| c.fallback.as_ref().map(|f| f.to_string())),
+        bytes_shared: report.bytes_shared,
+        bytes_copied: report.bytes_copied,
+        bytes_reencoded: report.bytes_reencoded,
+        partitions: report.check.parent.count,
+    };
+    Ok((result, report))
+}
+
+/// How a run went, beyond its outcome (tests and logs).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RunStats {
+    /// The most sstables split at the same moment (≤ `spec.parallelism`).
+    pub max_in_flight: usize,
+}
+
 /// Runs the job to the end, or until `cancel` is set between two sstables. `status`
-/// carries the results of an earlier, interrupted run: those parents are skipped.
+/// carries the results of an earlier, interrupted run: those parents are skipped. Before
+/// the first split: the space pre-flight and, for `Replace`, the process-visibility check.
+/// Up to `spec.parallelism` parents are split at once, sharing one `maxBytesPerSecond`
+/// bucket.
 pub fn run(
     spec: &AnticompactionJobSpec,
     job_name: &str,
     data_dir: &Path,
     status: &mut JobStatus,
     cancel: &Arc<AtomicBool>,
+    limits: &NodeLimits,
     on_step: &mut dyn FnMut(Step<'_>, &JobStatus),
 ) -> Result<Outcome, Failure> {
+    run_with_stats(spec, job_name, data_dir, status, cancel, limits, on_step).map(|(o, _)| o)
+}
+
+pub fn run_with_stats(
+    spec: &AnticompactionJobSpec,
+    job_name: &str,
+    data_dir: &Path,
+    status: &mut JobStatus,
+    cancel: &Arc<AtomicBool>,
+    limits: &NodeLimits,
+    on_step: &mut dyn FnMut(Step<'_>, &JobStatus),
+) -> Result<(Outcome, RunStats), Failure> {
     let dirs = table_dirs(data_dir, spec)?;
     recover_leftovers(&dirs, job_name)?;
     let parents = find_sstables(&dirs, spec)?;
@@ -190,6 +379,29 @@ pub fn run(
         .filter_map(|p| std::fs::metadata(p).ok())
         .map(|m| m.len())
         .sum();
+    if !spec.dry_run {
+        if spec.publish == crd::Publish::Replace {
+            check_replace(&dirs)?;
+        }
+        for d in &dirs {
+            let mine: Vec<&PathBuf> = todo.iter().filter(|p| p.parent() == Some(d)).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let reflink = matches!(
+                crate::io::fs::guess_reflink(d),
+                crate::io::reflink::ReflinkSupport::Supported { .. }
+            );
+            let predicted: u64 = mine.iter().map(|p| predicted_bytes(p, reflink)).sum();
+            let space = crate::io::fs::space(d).map_err(|e| {
+                Failure::new(
+                    Reason::of_io(&e).as_str(),
+                    format!("statvfs {}: {e}", d.display()),
+                )
+            })?;
+            check_space(d, predicted, space, limits.min_free_percent)?;
+        }
+    }
     status.progress.sstables_total = (done.len() + todo.len()) as u64;
     status.progress.sstables_done = done.len() as u64;
     status.progress.bytes_planned = bytes;
@@ -204,89 +416,107 @@ pub fn run(
         },
         status,
     );
-    let layout = match spec.layout {
-        crd::Layout::Auto => None,
-        crd::Layout::Aligned => Some(Layout::Aligned),
-        crd::Layout::Padded => Some(Layout::Padded),
-        crd::Layout::Copy => Some(Layout::Copy),
-        crd::Layout::Regrid => Some(Layout::Regrid),
-    };
-    for parent in todo {
-        if cancel.load(Ordering::Relaxed) {
-            return Ok(Outcome::Cancelled);
+    let throttle = spec
+        .max_bytes_per_second
+        .map(|r| Arc::new(TokenBucket::new(r)));
+    let parallelism = spec.parallelism.unwrap_or(1).max(1) as usize;
+    let queue = Mutex::new(todo.into_iter().collect::<std::collections::VecDeque<_>>());
+    let stop = AtomicBool::new(false);
+    let in_flight = AtomicUsize::new(0);
+    let max_in_flight = AtomicUsize::new(0);
+    let mut first_failure: Option<Failure> = None;
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 0..parallelism {
+            let tx = tx.clone();
+            let (queue, stop, in_flight, max_in_flight, throttle) =
+                (&queue, &stop, &in_flight, &max_in_flight, throttle.as_ref());
+            scope.spawn(move || loop {
+                if cancel.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let next = queue.lock().map(|mut q| q.pop_front()).unwrap_or(None);
+                let Some(parent) = next else { return };
+                let n = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                max_in_flight.fetch_max(n, Ordering::SeqCst);
+                let r = split_one(spec, job_name, &parent, throttle);
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                if tx.send(r).is_err() {
+                    return;
+                }
+            });
         }
-        let opened = Parent::open(&parent).map_err(SplitError::from)?;
-        let ranges = decide::validate_ranges(spec, opened.table().partitioner)
-            .map_err(|(r, m)| Failure::new(&r, m))?;
-        let table_dir = parent.parent().map(Path::to_path_buf).unwrap_or_default();
-        let out_dir = match spec.publish {
-            _ if spec.dry_run => table_dir.clone(),
-            crd::Publish::Replace => table_dir.clone(),
-            crd::Publish::Stage => table_dir.join(STAGED_DIR).join(job_name),
-        };
-        std::fs::create_dir_all(&out_dir)
-            .map_err(|e| Failure::new("Refused", format!("{}: {e}", out_dir.display())))?;
-        let policy = Policy {
-            layout,
-            allow_padded: spec.layout == crd::Layout::Padded,
-            digest: match spec.digest {
-                crd::Digest::Off => DigestPolicy::Off,
-                crd::Digest::Combine => DigestPolicy::Combine,
-                crd::Digest::Full => DigestPolicy::Full,
-            },
-            merge_below_chunks: 8,
-            throttle: None,
-        };
-        let target = Target {
-            out_dir,
-            publish: match spec.publish {
-                crd::Publish::Stage => Publish::Stage,
-                crd::Publish::Replace => Publish::Replace,
-            },
-            dry_run: spec.dry_run,
-        };
-        let report = split::run(&opened, &Cut::Ranges(ranges), &policy, &target, &mut |_| {})?;
-        let result = SSTableResult {
-            parent: parent.to_string_lossy().to_string(),
-            children: report
-                .children
-                .iter()
-                .map(|c| c.path.to_string_lossy().to_string())
-                .collect(),
-            layout: report
-                .children
-                .first()
-                .map(|c| format!("{:?}", c.layout).to_lowercase()),
-            fallback_reason: report
-                .children
-                .iter()
-                .find_map(|c| c.fallback.as_ref().map(|f| f.to_string())),
-            bytes_shared: report.bytes_shared,
-            bytes_copied: report.bytes_copied,
-            bytes_reencoded: report.bytes_reencoded,
-            partitions: report.check.parent.count,
-        };
-        status.progress.sstables_done += 1;
-        status.progress.bytes_shared += result.bytes_shared;
-        status.progress.bytes_copied += result.bytes_copied;
-        status.progress.bytes_reencoded += result.bytes_reencoded;
-        status.progress.partitions += result.partitions;
-        status.progress.summary = format!(
-            "{}/{}",
-            status.progress.sstables_done, status.progress.sstables_total
-        );
-        status.results.push(result.clone());
-        on_step(
-            Step::Done {
-                result: &result,
-                report: &report,
-            },
-            status,
-        );
+        drop(tx);
+        // Results are recorded on this thread, in the order the splits finish.
+        for r in rx {
+            match r {
+                Ok((result, report)) => {
+                    status.progress.sstables_done += 1;
+                    status.progress.bytes_shared += result.bytes_shared;
+                    status.progress.bytes_copied += result.bytes_copied;
+                    status.progress.bytes_reencoded += result.bytes_reencoded;
+                    status.progress.partitions += result.partitions;
+                    status.progress.summary = format!(
+                        "{}/{}",
+                        status.progress.sstables_done, status.progress.sstables_total
+                    );
+                    status.results.push(result.clone());
+                    on_step(
+                        Step::Done {
+                            result: &result,
+                            report: &report,
+                        },
+                        status,
+                    );
+                }
+                Err(f) => {
+                    stop.store(true, Ordering::Relaxed);
+                    first_failure.get_or_insert(f);
+                }
+            }
+        }
+    });
+    let stats = RunStats {
+        max_in_flight: max_in_flight.load(Ordering::SeqCst),
+    };
+    if let Some(f) = first_failure {
+        return Err(f);
     }
-    Ok(if spec.dry_run {
-        Outcome::Planned
-    } else {
-        Outcome::Complete
-    })
+    let left = queue.lock().map(|q| q.len()).unwrap_or(0);
+    if left > 0 {
+        return Ok((Outcome::Cancelled, stats));
+    }
+    Ok((
+        if spec.dry_run {
+            Outcome::Planned
+        } else {
+            Outcome::Complete
+        },
+        stats,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::fs::Space;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn the_space_preflight_keeps_the_reserve_free() {
+        let space = Space {
+            available: 30 * GIB,
+            total: 100 * GIB,
+        };
+        let d = Path::new("/data/ks/t");
+        assert!(check_space(d, 19 * GIB, space, 10).is_ok());
+        let e = check_space(d, 21 * GIB, space, 10).unwrap_err();
+        assert_eq!(e.reason, "InsufficientSpace");
+        assert!(e.message.contains("--min-free-percent") && e.message.contains("/data/ks/t"));
+        assert!(check_space(d, 29 * GIB, space, 0).is_ok());
+        assert!(check_space(d, 1, space, 100).is_err());
+        // A reserve larger than what is free: nothing fits.
+        assert!(check_space(d, 1, space, 80).is_err());
+    }
 }

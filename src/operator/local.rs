@@ -8,8 +8,12 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 
+use kube::Resource;
+use tracing::{error, info, warn};
+
 use super::crd::{AnticompactionJob, JobStatus, RangeStream};
-use super::reconcile::{self, Ctx, EventType, OperatorError, Store};
+use super::reconcile::{self, Ctx, OperatorError, Store};
+use super::status::Note;
 
 pub struct LocalStore {
     pub dir: PathBuf,
@@ -30,18 +34,38 @@ fn write_atomic(path: &Path, text: &str) -> Result<(), OperatorError> {
 impl LocalStore {
     fn write_status(&self, name: &str, status: &JobStatus) -> Result<(), OperatorError> {
         let text =
-            serde_norway::to_string(status).map_err(|e| OperatorError::Store(e.to_string()))?;
+            serde_saphyr::to_string(status).map_err(|e| OperatorError::Store(e.to_string()))?;
         write_atomic(&status_path(&self.dir, name), &text)
     }
 }
 
 impl Store for LocalStore {
+    /// No resourceVersion here: one sidecar owns a manifest directory.
     async fn patch_status(
         &self,
         job: &AnticompactionJob,
         status: &JobStatus,
-    ) -> Result<(), OperatorError> {
-        self.write_status(&job.name_any(), status)
+        _expect: Option<&str>,
+    ) -> Result<Option<String>, OperatorError> {
+        self.write_status(&job.name_any(), status)?;
+        Ok(None)
+    }
+
+    async fn get(
+        &self,
+        job: &AnticompactionJob,
+    ) -> Result<Option<AnticompactionJob>, OperatorError> {
+        let name = job.name_any();
+        for (p, _) in manifests(&self.dir)? {
+            if let Some(mut j) = read_job(&p) {
+                with_local_meta(&mut j, &p);
+                if j.name_any() == name {
+                    j.status = load_status(&self.dir, &name);
+                    return Ok(Some(j));
+                }
+            }
+        }
+        Ok(None)
     }
 
     async fn patch_stream_status(
@@ -66,16 +90,19 @@ impl Store for LocalStore {
         Ok(())
     }
 
-    async fn event(&self, job: &AnticompactionJob, t: EventType, reason: &str, note: &str) {
+    async fn event<K>(&self, obj: &K, note: &Note)
+    where
+        K: Resource<DynamicType = ()> + Sync,
+    {
         let line = format!(
             "{} {:?} {} {}: {}\n",
             super::decide::now_rfc3339(),
-            t,
-            job.name_any(),
-            reason,
-            note
+            note.type_,
+            obj.meta().name.as_deref().unwrap_or_default(),
+            note.reason,
+            note.message
         );
-        eprint!("cleave: {line}");
+        info!(kind = %K::kind(&()), name = obj.meta().name.as_deref().unwrap_or_default(), reason = %note.reason, detail = %note.message, "event");
         use std::io::Write;
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
@@ -101,7 +128,7 @@ fn manifests(dir: &Path) -> Result<Vec<(PathBuf, String)>, OperatorError> {
         let Ok(text) = std::fs::read_to_string(&p) else {
             continue;
         };
-        let kind = serde_norway::from_str::<serde_json::Value>(&text)
+        let kind = serde_saphyr::from_str::<serde_json::Value>(&text)
             .ok()
             .and_then(|v| v["kind"].as_str().map(str::to_string))
             .unwrap_or_default();
@@ -112,7 +139,7 @@ fn manifests(dir: &Path) -> Result<Vec<(PathBuf, String)>, OperatorError> {
 }
 
 fn read_job(p: &Path) -> Option<AnticompactionJob> {
-    serde_norway::from_str(&std::fs::read_to_string(p).ok()?).ok()
+    serde_saphyr::from_str(&std::fs::read_to_string(p).ok()?).ok()
 }
 
 fn with_local_meta<K: kube::Resource>(obj: &mut K, file: &Path) {
@@ -128,7 +155,7 @@ fn with_local_meta<K: kube::Resource>(obj: &mut K, file: &Path) {
 }
 
 fn load_status(dir: &Path, name: &str) -> Option<JobStatus> {
-    serde_norway::from_str(&std::fs::read_to_string(status_path(dir, name)).ok()?).ok()
+    serde_saphyr::from_str(&std::fs::read_to_string(status_path(dir, name)).ok()?).ok()
 }
 
 /// One pass over the directory; returns how many of this node's jobs are not finished.
@@ -140,13 +167,10 @@ pub async fn pass(ctx: &Arc<Ctx<LocalStore>>) -> Result<usize, OperatorError> {
             .map_err(|e| OperatorError::Store(format!("{}: {e}", p.display())))?;
         match kind.as_str() {
             "AnticompactionJob" => {
-                let mut job: AnticompactionJob = match serde_norway::from_str(&text) {
+                let mut job: AnticompactionJob = match serde_saphyr::from_str(&text) {
                     Ok(j) => j,
                     Err(e) => {
-                        eprintln!(
-                            "cleave: {}: not a valid AnticompactionJob: {e}",
-                            p.display()
-                        );
+                        warn!(file = %p.display(), error = %e, "not a valid AnticompactionJob");
                         continue;
                     }
                 };
@@ -161,10 +185,10 @@ pub async fn pass(ctx: &Arc<Ctx<LocalStore>>) -> Result<usize, OperatorError> {
                 }
             }
             "RangeStream" => {
-                let mut s: RangeStream = match serde_norway::from_str(&text) {
+                let mut s: RangeStream = match serde_saphyr::from_str(&text) {
                     Ok(s) => s,
                     Err(e) => {
-                        eprintln!("cleave: {}: not a valid RangeStream: {e}", p.display());
+                        warn!(file = %p.display(), error = %e, "not a valid RangeStream");
                         continue;
                     }
                 };
@@ -196,11 +220,13 @@ pub async fn run(
                     .reconcile_errors
                     .with_label_values(&["AnticompactionJob", e.label()])
                     .inc();
-                eprintln!("cleave: {e}");
+                error!(error = %e, "local pass failed");
                 1
             }
         };
         if (once && open == 0) || reconcile::shutdown_requested(&ctx) {
+            ctx.runs.cancel_all();
+            ctx.runs.wait_idle(Duration::from_secs(3600)).await;
             return Ok(());
         }
         tokio::time::sleep(interval).await;

@@ -22,6 +22,17 @@ pub struct Metrics {
     /// Children that did not get the requested layout, by reason label.
     pub fallbacks: IntCounterVec,
     pub sstables: IntCounterVec,
+    /// Wall time of a job's execution on this sidecar, by how it ended (apart from the
+    /// reconcile histogram, which never includes a job's run).
+    pub job_duration: HistogramVec,
+    /// Jobs that ended Failed, by `reason` (the condition reason, `Reason::as_str()` for
+    /// execution failures).
+    pub failures: IntCounterVec,
+    /// Bytes/s limit of the jobs running now (0: unlimited), per job.
+    pub throttle: GaugeVec,
+    /// Jobs held back by a limit, by reason (TableBusy, ConcurrencyLimit).
+    pub waiting: IntGaugeVec,
+    /// `/readyz`: both controllers' first list succeeded (local mode: at start).
     pub ready: AtomicBool,
 }
 
@@ -70,6 +81,48 @@ impl Metrics {
             Opts::new("cleave_sstables_total", "Parent sstables processed"),
             &["kind", "result"],
         )?;
+        let job_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "cleave_job_duration_seconds",
+                "Execution time of a job on this sidecar, by result",
+            )
+            .buckets(vec![
+                1.0,
+                10.0,
+                60.0,
+                300.0,
+                900.0,
+                3600.0,
+                4.0 * 3600.0,
+                24.0 * 3600.0,
+            ]),
+            &["kind", "result"],
+        )?;
+        let failures = IntCounterVec::new(
+            Opts::new("cleave_job_failures_total", "Jobs that failed, by reason"),
+            &["kind", "reason"],
+        )?;
+        let throttle = GaugeVec::new(
+            Opts::new(
+                "cleave_job_throttle_bytes_per_second",
+                "maxBytesPerSecond of a running job (0 = unlimited)",
+            ),
+            &["kind", "namespace", "name"],
+        )?;
+        let waiting = IntGaugeVec::new(
+            Opts::new(
+                "cleave_jobs_waiting",
+                "Jobs held back by a limit, by reason",
+            ),
+            &["kind", "reason"],
+        )?;
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        registry.register(Box::new(job_duration.clone()))?;
+        registry.register(Box::new(failures.clone()))?;
+        registry.register(Box::new(throttle.clone()))?;
+        registry.register(Box::new(waiting.clone()))?;
         registry.register(Box::new(jobs.clone()))?;
         registry.register(Box::new(reconcile_duration.clone()))?;
         registry.register(Box::new(reconcile_errors.clone()))?;
@@ -88,8 +141,18 @@ impl Metrics {
             progress,
             fallbacks,
             sstables,
+            job_duration,
+            failures,
+            throttle,
+            waiting,
             ready: AtomicBool::new(false),
         }))
+    }
+
+    /// Removes a deleted resource's per-object series (progress, throttle).
+    pub fn forget(&self, kind: &str, namespace: &str, name: &str) {
+        let _ = self.progress.remove_label_values(&[kind, namespace, name]);
+        let _ = self.throttle.remove_label_values(&[kind, namespace, name]);
     }
 
     pub fn render(&self) -> String {

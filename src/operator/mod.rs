@@ -8,3 +8,4 @@ pub mod job;
 pub mod local;
 pub mod metrics;
 pub mod reconcile;
+pub mod status;

@@ -1,19 +1,36 @@
 //! The reconciler, shared by the Kubernetes controller and the local manifest directory:
-//! decide (pure) → act → status. One error enum; its variant labels the error metrics.
+//! decide (`decide.rs`, pure) → apply (wait, delete, fail, or start the job on a task of its
+//! own) → record (the status and Event that `status::next` returns, metrics). A reconcile
+//! never runs a job to the end: it claims the lease and spawns the run, so the reconcile
+//! histogram measures reconciles and `cleave_job_duration_seconds` measures jobs.
+//!
+//! Ownership is a lease in `status.worker`. It is taken with the job's
+//! `metadata.resourceVersion` as a precondition, so when two sidecars see the same stale
+//! lease the apiserver answers 409 to the second and exactly one runs the job. Every later
+//! write of the run carries the resourceVersion of the previous one; a 409 there is resolved
+//! by re-reading the job: still ours → retry, someone else's → the run stops (lease lost).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::runtime::controller::Action;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
+use tracing::{info, instrument, warn, Instrument};
 
-use super::crd::{AnticompactionJob, JobStatus, RangeStream, Worker};
-use super::decide::{self, Next};
-use super::job::{self, Outcome, Step};
+use super::crd::{AnticompactionJob, JobStatus, RangeStream};
+use super::decide::{self, Next, TableClaim};
+use super::job::{self, NodeLimits, Outcome, Step};
 use super::metrics::Metrics;
+use super::status::{self, Event, Note, Phase};
+
+pub use super::status::EventType;
+
+pub const JOB: &str = "AnticompactionJob";
+pub const STREAM: &str = "RangeStream";
 
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
@@ -36,21 +53,29 @@ impl OperatorError {
             OperatorError::Task(_) => "task",
         }
     }
+
+    /// The apiserver refused a write whose resourceVersion precondition no longer holds.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, OperatorError::Kube(kube::Error::Api(s)) if s.code == 409)
+    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-/// Where jobs live and their status goes: the Kubernetes API or a directory.
+/// Where resources live and their status goes: the Kubernetes API or a directory.
 pub trait Store: Send + Sync + 'static {
+    /// Writes a job's status. With `expect`, only if the job is still at that
+    /// resourceVersion (a 409 conflict otherwise). Returns the new resourceVersion (`None`
+    /// where the store has none).
     fn patch_status(
         &self,
         job: &AnticompactionJob,
         status: &JobStatus,
-    ) -> impl Future<Output = Result<(), OperatorError>> + Send;
+        expect: Option<&str>,
+    ) -> impl Future<Output = Result<Option<String>, OperatorError>> + Send;
+    /// The job as stored now (`None`: deleted).
+    fn get(
+        &self,
+        job: &AnticompactionJob,
+    ) -> impl Future<Output = Result<Option<AnticompactionJob>, OperatorError>> + Send;
     fn patch_stream_status(
         &self,
         s: &RangeStream,
@@ -60,13 +85,137 @@ pub trait Store: Send + Sync + 'static {
         &self,
         job: &AnticompactionJob,
     ) -> impl Future<Output = Result<(), OperatorError>> + Send;
-    fn event(
+    /// Publishes an Event about `obj` (failures are logged, never fatal).
+    fn event<K>(&self, obj: &K, note: &Note) -> impl Future<Output = ()> + Send
+    where
+        K: Resource<DynamicType = ()> + Sync;
+}
+
+/// The jobs running on this sidecar: a cancel flag each and the tables they hold.
+#[derive(Default)]
+pub struct Runs {
+    inner: Mutex<HashMap<String, RunEntry>>,
+}
+
+struct RunEntry {
+    cancel: Arc<AtomicBool>,
+    tables: TableClaim,
+}
+
+/// Why a job cannot start now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocked {
+    /// Another job of this node works on one of its tables.
+    TableBusy { other: String, tables: String },
+    /// `--max-concurrent-jobs` jobs are running.
+    ConcurrencyLimit { max: usize },
+}
+
+impl Blocked {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Blocked::TableBusy { .. } => "TableBusy",
+            Blocked::ConcurrencyLimit { .. } => "ConcurrencyLimit",
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Blocked::TableBusy { other, tables } => format!(
+                "waits for {other}, which is anticompacting {tables} on this node: jobs on one table run one at a time"
+            ),
+            Blocked::ConcurrencyLimit { max } => format!(
+                "waits for a slot: {max} jobs already run on this node (--max-concurrent-jobs)"
+            ),
+        }
+    }
+}
+
+impl Runs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunEntry>> {
+        // A panic while holding the lock leaves at most one stale entry, which its task's
+        // end removes; the map itself stays consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn is_running(&self, key: &str) -> bool {
+        self.lock().contains_key(key)
+    }
+
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Registers a run unless a limit holds it back; one lock, so two reconciles cannot
+    /// both take the last slot or the same table.
+    fn try_start(
         &self,
-        job: &AnticompactionJob,
-        t: EventType,
-        reason: &str,
-        note: &str,
-    ) -> impl Future<Output = ()> + Send;
+        key: &str,
+        tables: TableClaim,
+        max: usize,
+    ) -> Result<Arc<AtomicBool>, Blocked> {
+        let mut m = self.lock();
+        if let Some((other, e)) = m.iter().find(|(_, e)| e.tables.conflicts(&tables)) {
+            return Err(Blocked::TableBusy {
+                other: other.trim_start_matches("AnticompactionJob/").to_string(),
+                tables: e.tables.describe(),
+            });
+        }
+        if m.len() >= max.max(1) {
+            return Err(Blocked::ConcurrencyLimit { max: max.max(1) });
+        }
+        let cancel = Arc::new(AtomicBool::new(false));
+        m.insert(
+            key.to_string(),
+            RunEntry {
+                cancel: cancel.clone(),
+                tables,
+            },
+        );
+        Ok(cancel)
+    }
+
+    fn finish(&self, key: &str) {
+        self.lock().remove(key);
+    }
+
+    /// Asks a run to stop after its current sstable. False if it is not running here.
+    pub fn cancel(&self, key: &str) -> bool {
+        self.lock()
+            .get(key)
+            .map(|e| e.cancel.store(true, Ordering::Relaxed))
+            .is_some()
+    }
+
+    pub fn cancel_all(&self) {
+        for e in self.lock().values() {
+            e.cancel.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits until no job runs (or `timeout` passes); true if none does.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let t = Instant::now();
+        while self.count() > 0 {
+            if t.elapsed() > timeout {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        true
+    }
+
+    /// Waits until `key` no longer runs (or `timeout` passes).
+    pub async fn wait_stopped(&self, key: &str, timeout: Duration) -> bool {
+        let t = Instant::now();
+        while self.is_running(key) {
+            if t.elapsed() > timeout {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        true
+    }
 }
 
 pub struct Ctx<S: Store> {
@@ -79,32 +228,64 @@ pub struct Ctx<S: Store> {
     /// Set on SIGTERM: running jobs stop after their current sstable.
     pub shutdown: Arc<AtomicBool>,
     /// Last seen phase of each of this node's resources (`kind/ns/name`), for `cleave_jobs`.
-    pub phases: std::sync::Mutex<std::collections::HashMap<String, (&'static str, String)>>,
+    pub phases: Mutex<HashMap<String, (&'static str, Phase)>>,
+    /// Jobs held back by a limit (`key` → reason), for `cleave_jobs_waiting`.
+    pub waiting: Mutex<HashMap<String, &'static str>>,
+    pub runs: Runs,
+    pub limits: NodeLimits,
+    /// Heartbeat period of a running job (a third of the lease).
+    pub heartbeat: Duration,
 }
 
-fn observe_job<S: Store>(ctx: &Ctx<S>, job: &AnticompactionJob, st: &JobStatus) {
-    let key = format!(
-        "AnticompactionJob/{}/{}",
-        job.namespace().unwrap_or_default(),
-        job.name_any()
-    );
-    observe_phase(ctx, "AnticompactionJob", key, st.phase.clone());
+impl<S: Store> Ctx<S> {
+    pub fn new(store: S, node: &str, data_dir: PathBuf, metrics: Arc<Metrics>) -> Ctx<S> {
+        Ctx {
+            store,
+            node: node.to_string(),
+            identity: identity(node),
+            data_dir,
+            metrics,
+            shutdown: Arc::new(AtomicBool::new(false)),
+            phases: Default::default(),
+            waiting: Default::default(),
+            runs: Runs::default(),
+            limits: NodeLimits::default(),
+            heartbeat: decide::LEASE / 3,
+        }
+    }
+}
+
+/// `node/pid/start-second`: unique per process, readable in `status.worker`.
+pub fn identity(node: &str) -> String {
+    format!(
+        "{node}/{}/{}",
+        std::process::id(),
+        k8s_openapi::jiff::Timestamp::now().as_second()
+    )
+}
+
+pub fn now() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
+}
+
+pub fn key_of<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.meta().namespace.as_deref().unwrap_or_default(),
+        obj.meta().name.as_deref().unwrap_or_default()
+    )
 }
 
 /// Records a resource's phase and recomputes the `cleave_jobs{kind,phase}` gauge.
-pub fn observe_phase<S: Store>(
-    ctx: &Ctx<S>,
-    kind: &'static str,
-    key: String,
-    phase: Option<String>,
-) {
+pub fn observe_phase<S: Store>(ctx: &Ctx<S>, kind: &'static str, key: &str, phase: Option<Phase>) {
     let Ok(mut m) = ctx.phases.lock() else { return };
     match phase {
         Some(p) => {
-            m.insert(key, (kind, p));
+            m.insert(key.to_string(), (kind, p));
         }
         None => {
-            m.remove(&key);
+            m.remove(key);
         }
     }
     ctx.metrics.jobs.reset();
@@ -113,192 +294,294 @@ pub fn observe_phase<S: Store>(
     }
 }
 
-fn phase_of(s: Option<&JobStatus>) -> String {
-    s.and_then(|s| s.phase.clone())
-        .unwrap_or_else(|| decide::PHASE_PENDING.to_string())
+fn observe_waiting<S: Store>(ctx: &Ctx<S>, key: &str, reason: Option<&'static str>) {
+    let Ok(mut m) = ctx.waiting.lock() else {
+        return;
+    };
+    match reason {
+        Some(r) => m.insert(key.to_string(), r),
+        None => m.remove(key),
+    };
+    ctx.metrics.waiting.reset();
+    for r in m.values() {
+        ctx.metrics.waiting.with_label_values(&[JOB, r]).inc();
+    }
+}
+
+/// Forgets a deleted job: its phase, wait and per-job series.
+pub fn forget_job<S: Store>(ctx: &Ctx<S>, job: &AnticompactionJob) {
+    let key = key_of(job);
+    observe_phase(ctx, JOB, &key, None);
+    observe_waiting(ctx, &key, None);
+    ctx.metrics
+        .forget(JOB, &job.namespace().unwrap_or_default(), &job.name_any());
 }
 
 /// Reconciles one AnticompactionJob.
+#[instrument(skip_all, fields(kind = JOB, namespace = job.metadata.namespace.as_deref().unwrap_or_default(), name = job.metadata.name.as_deref().unwrap_or_default()))]
 pub async fn reconcile_job<S: Store>(
     job: Arc<AnticompactionJob>,
     ctx: Arc<Ctx<S>>,
 ) -> Result<Action, OperatorError> {
-    let started = Instant::now();
-    let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let next = decide::decide(
-        &job.spec,
-        job.status.as_ref(),
-        &ctx.node,
-        &ctx.identity,
-        now,
-    );
-    let key = format!(
-        "AnticompactionJob/{}/{}",
-        job.namespace().unwrap_or_default(),
-        job.name_any()
-    );
-    if next != Next::Ignore {
-        observe_phase(
-            &ctx,
-            "AnticompactionJob",
-            key.clone(),
-            Some(phase_of(job.status.as_ref())),
-        );
-    }
-    let deleting = next == Next::Delete;
-    let result = act(&job, &ctx, next).await;
-    if deleting {
-        observe_phase(&ctx, "AnticompactionJob", key, None);
-    }
-    ctx.metrics
+    let timer = ctx
+        .metrics
         .reconcile_duration
-        .with_label_values(&["AnticompactionJob"])
-        .observe(started.elapsed().as_secs_f64());
+        .with_label_values(&[JOB])
+        .start_timer();
+    let key = key_of(&*job);
+    let next = if ctx.runs.is_running(&key) {
+        // Our own run's status writes come back as watch events: nothing to decide.
+        Next::Wait(Duration::from_secs(60))
+    } else {
+        match decide::check_node_label(job.labels(), &job.spec) {
+            Err((reason, message)) if !decide::is_finished(job.status.as_ref()) => {
+                Next::Fail { reason, message }
+            }
+            _ => decide::decide(
+                &job.spec,
+                job.status.as_ref(),
+                &ctx.node,
+                &ctx.identity,
+                now(),
+            ),
+        }
+    };
+    if next != Next::Ignore {
+        observe_phase(&ctx, JOB, &key, Some(status::phase(job.status.as_ref())));
+    }
+    let result = apply(&job, &ctx, &key, next).await;
+    timer.observe_duration();
     if let Err(e) = &result {
         ctx.metrics
             .reconcile_errors
-            .with_label_values(&["AnticompactionJob", e.label()])
+            .with_label_values(&[JOB, e.label()])
             .inc();
     }
     result
 }
 
-async fn act<S: Store>(
+async fn apply<S: Store>(
     job: &Arc<AnticompactionJob>,
     ctx: &Arc<Ctx<S>>,
+    key: &str,
     next: Next,
 ) -> Result<Action, OperatorError> {
-    let generation = job.metadata.generation;
     match next {
         Next::Ignore => Ok(Action::await_change()),
         Next::Wait(d) => Ok(Action::requeue(d)),
         Next::Finished(ttl) => Ok(ttl.map_or_else(Action::await_change, Action::requeue)),
         Next::Delete => {
+            info!("ttlSecondsAfterFinished passed: deleting the job");
             ctx.store.delete(job).await?;
+            forget_job(ctx, job);
             Ok(Action::await_change())
         }
         Next::Fail { reason, message } => {
-            let mut st = job.status.clone().unwrap_or_default();
-            fail(&mut st, &reason, &message, generation);
-            ctx.store.patch_status(job, &st).await?;
-            observe_job(ctx, job, &st);
-            ctx.store
-                .event(job, EventType::Warning, &reason, &message)
-                .await;
+            let t = status::next(
+                &job.status.clone().unwrap_or_default(),
+                Event::Rejected {
+                    reason: &reason,
+                    message: &message,
+                },
+                job.metadata.generation,
+                now(),
+            );
+            warn!(%reason, detail = %message, "job rejected");
+            ctx.store.patch_status(job, &t.status, None).await?;
+            record(ctx, job, key, &t.status, t.note.as_ref()).await;
             Ok(Action::await_change())
         }
-        Next::Run => run(job, ctx).await,
+        Next::Run => start(job, ctx, key).await,
     }
 }
 
-fn fail(st: &mut JobStatus, reason: &str, message: &str, generation: Option<i64>) {
-    st.phase = Some(decide::PHASE_FAILED.into());
-    st.reason = Some(reason.into());
-    st.message = Some(message.into());
-    st.observed_generation = generation;
-    st.completion_time = Some(decide::now_rfc3339());
-    st.worker = None;
-    decide::set_condition(
-        &mut st.conditions,
-        "Running",
-        false,
-        reason,
-        message,
-        generation,
-    );
-    decide::set_condition(
-        &mut st.conditions,
-        "Failed",
-        true,
-        reason,
-        message,
-        generation,
-    );
+/// Writes what a transition produced to the metrics and publishes its Event.
+async fn record<S: Store>(
+    ctx: &Ctx<S>,
+    job: &AnticompactionJob,
+    key: &str,
+    st: &JobStatus,
+    note: Option<&Note>,
+) {
+    observe_phase(ctx, JOB, key, st.phase);
+    if st.phase == Some(Phase::Failed) {
+        let reason = st.reason.as_deref().unwrap_or("Unknown");
+        ctx.metrics.failures.with_label_values(&[JOB, reason]).inc();
+    }
+    if let Some(n) = note {
+        ctx.store.event(job, n).await;
+    }
 }
 
+/// Takes the lease (or says why the job waits) and spawns the run.
+async fn start<S: Store>(
+    job: &Arc<AnticompactionJob>,
+    ctx: &Arc<Ctx<S>>,
+    key: &str,
+) -> Result<Action, OperatorError> {
+    let generation = job.metadata.generation;
+    let current = job.status.clone().unwrap_or_default();
+    let claim = TableClaim::of(&job.spec, &ctx.data_dir);
+    let cancel = match ctx
+        .runs
+        .try_start(key, claim, ctx.limits.max_concurrent_jobs)
+    {
+        Ok(c) => c,
+        Err(blocked) => {
+            let message = blocked.message();
+            let t = status::next(
+                &current,
+                Event::Waiting {
+                    reason: blocked.reason(),
+                    message: &message,
+                },
+                generation,
+                now(),
+            );
+            observe_waiting(ctx, key, Some(blocked.reason()));
+            if t.note.is_some() {
+                info!(reason = blocked.reason(), detail = %message, "job waits");
+                ctx.store.patch_status(job, &t.status, None).await?;
+                record(ctx, job, key, &t.status, t.note.as_ref()).await;
+            }
+            return Ok(Action::requeue(Duration::from_secs(3)));
+        }
+    };
+    observe_waiting(ctx, key, None);
+    let t = status::next(
+        &current,
+        Event::Claimed {
+            identity: &ctx.identity,
+        },
+        generation,
+        now(),
+    );
+    let rv = match ctx
+        .store
+        .patch_status(job, &t.status, job.resource_version().as_deref())
+        .await
+    {
+        Ok(rv) => rv,
+        Err(e) => {
+            ctx.runs.finish(key);
+            if e.is_conflict() {
+                info!("lease not taken: the job changed since this view of it (409; another worker may have claimed it)");
+                return Ok(Action::requeue(Duration::from_secs(2)));
+            }
+            return Err(e);
+        }
+    };
+    info!(identity = %ctx.identity, "lease taken");
+    record(ctx, job, key, &t.status, t.note.as_ref()).await;
+    let span = tracing::Span::current();
+    let (job, ctx2, key2) = (job.clone(), ctx.clone(), key.to_string());
+    tokio::spawn(
+        async move {
+            run(&job, &ctx2, &key2, t.status, rv, cancel).await;
+            ctx2.runs.finish(&key2);
+        }
+        .instrument(span),
+    );
+    Ok(Action::await_change())
+}
+
+/// Status writes of one run, each conditional on the previous one's resourceVersion.
+struct Lease<'a, S: Store> {
+    ctx: &'a Ctx<S>,
+    job: &'a AnticompactionJob,
+    rv: Option<String>,
+    lost: bool,
+}
+
+impl<S: Store> Lease<'_, S> {
+    async fn write(&mut self, st: &JobStatus) {
+        if self.lost {
+            return;
+        }
+        for _ in 0..3 {
+            match self
+                .ctx
+                .store
+                .patch_status(self.job, st, self.rv.as_deref())
+                .await
+            {
+                Ok(rv) => {
+                    self.rv = rv;
+                    return;
+                }
+                Err(e) if e.is_conflict() => match self.ctx.store.get(self.job).await {
+                    Ok(Some(fresh))
+                        if fresh
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.worker.as_ref())
+                            .is_some_and(|w| w.identity == self.ctx.identity) =>
+                    {
+                        // Someone else changed the object (a condition of another field
+                        // manager, a label) but the lease is still ours.
+                        self.rv = fresh.resource_version();
+                    }
+                    Ok(_) => {
+                        warn!("lease lost: another worker holds the job; stopping after the current sstable");
+                        self.lost = true;
+                        return;
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "re-reading the job after a conflict failed");
+                        return;
+                    }
+                },
+                Err(e) => {
+                    // Transient (apiserver restart, network): the next write retries.
+                    warn!(error = %e, "status write failed; retrying with the next update");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One job's execution, on its own task: the split on a blocking thread, its progress and a
+/// heartbeat written to status, the end recorded.
 async fn run<S: Store>(
     job: &Arc<AnticompactionJob>,
     ctx: &Arc<Ctx<S>>,
-) -> Result<Action, OperatorError> {
+    key: &str,
+    claimed: JobStatus,
+    rv: Option<String>,
+    cancel: Arc<AtomicBool>,
+) {
+    let started = Instant::now();
     let generation = job.metadata.generation;
-    let mut st = job.status.clone().unwrap_or_default();
-    let resumed = st.phase.as_deref() == Some(decide::PHASE_RUNNING);
-    st.phase = Some(decide::PHASE_RUNNING.into());
-    st.observed_generation = generation;
-    st.start_time.get_or_insert_with(decide::now_rfc3339);
-    st.worker = Some(Worker {
-        identity: ctx.identity.clone(),
-        heartbeat_time: decide::now_rfc3339(),
-    });
-    let msg = if resumed {
-        "resumed after the previous worker stopped"
-    } else {
-        "started"
-    };
-    decide::set_condition(
-        &mut st.conditions,
-        "Running",
-        true,
-        if resumed { "Resumed" } else { "Started" },
-        msg,
-        generation,
-    );
-    ctx.store.patch_status(job, &st).await?;
-    observe_job(ctx, job, &st);
-    ctx.store
-        .event(
-            job,
-            EventType::Normal,
-            if resumed { "Resumed" } else { "Started" },
-            &format!("anticompaction on {} {msg}", ctx.node),
-        )
-        .await;
-
-    // The split runs on a blocking thread; status goes out through a channel so that the
-    // heartbeat and the per-sstable progress share one writer.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<JobStatus>();
-    let spec = job.spec.clone();
     let name = job.name_any();
     let ns = job.namespace().unwrap_or_default();
+    let mut lease = Lease {
+        ctx,
+        job,
+        rv,
+        lost: false,
+    };
+    ctx.metrics
+        .throttle
+        .with_label_values(&[JOB, &ns, &name])
+        .set(job.spec.max_bytes_per_second.unwrap_or(0) as f64);
+    // The split runs on a blocking thread; its status snapshots come through a channel so
+    // that the heartbeat and the per-sstable progress share one writer.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<JobStatus>();
+    let spec = job.spec.clone();
     let data_dir = spec
         .data_directory
         .clone()
         .map(PathBuf::from)
         .unwrap_or_else(|| ctx.data_dir.clone());
-    let cancel = ctx.shutdown.clone();
     let metrics = ctx.metrics.clone();
-    let mut worker_status = st.clone();
+    let limits = ctx.limits.clone();
+    let mut worker_status = claimed.clone();
+    let (n2, ns2, c2) = (name.clone(), ns.clone(), cancel.clone());
     let task = tokio::task::spawn_blocking(move || {
         let mut on_step = |step: Step<'_>, s: &JobStatus| {
-            match step {
-                Step::Planned { .. } => {}
-                Step::Done { result, report } => {
-                    for (what, n) in [
-                        ("shared", result.bytes_shared),
-                        ("copied", result.bytes_copied),
-                        ("reencoded", result.bytes_reencoded),
-                        ("read", report.read_bytes),
-                        ("written", report.write_bytes),
-                    ] {
-                        metrics
-                            .bytes
-                            .with_label_values(&["AnticompactionJob", what])
-                            .inc_by(n);
-                    }
-                    metrics
-                        .partitions
-                        .with_label_values(&["AnticompactionJob"])
-                        .inc_by(result.partitions);
-                    metrics
-                        .sstables
-                        .with_label_values(&["AnticompactionJob", "split"])
-                        .inc();
-                    for c in &report.children {
-                        if let Some(f) = &c.fallback {
-                            metrics.fallbacks.with_label_values(&[f.reason()]).inc();
-                        }
-                    }
-                }
+            if let Step::Done { result, report } = step {
+                count_sstable(&metrics, result, report);
             }
             let ratio = if s.progress.sstables_total == 0 {
                 1.0
@@ -307,117 +590,128 @@ async fn run<S: Store>(
             };
             metrics
                 .progress
-                .with_label_values(&["AnticompactionJob", &ns, &name])
+                .with_label_values(&[JOB, &ns2, &n2])
                 .set(ratio);
             let _ = tx.send(s.clone());
         };
         let r = job::run(
             &spec,
-            &name,
+            &n2,
             &data_dir,
             &mut worker_status,
-            &cancel,
+            &c2,
+            &limits,
             &mut on_step,
         );
         (r, worker_status)
     });
     let mut task = std::pin::pin!(task);
-    let mut beat = tokio::time::interval(Duration::from_secs(10));
-    let mut latest = st.clone();
-    let (result, final_status) = loop {
+    let mut beat = tokio::time::interval(ctx.heartbeat);
+    beat.tick().await;
+    let mut latest = claimed;
+    let joined = loop {
         tokio::select! {
-            r = &mut task => break r.map_err(|e| OperatorError::Task(e.to_string()))?,
+            r = &mut task => break r,
             Some(s) = rx.recv() => {
-                latest = s;
-                latest.worker = Some(Worker { identity: ctx.identity.clone(), heartbeat_time: decide::now_rfc3339() });
-                ctx.store.patch_status(job, &latest).await?;
+                latest = status::next(&latest, Event::Progress { identity: &ctx.identity, progress: &s.progress, results: &s.results }, generation, now()).status;
+                lease.write(&latest).await;
+                if lease.lost {
+                    cancel.store(true, Ordering::Relaxed);
+                }
                 // Crash injection for restart tests: die like a SIGKILL once the first
                 // sstable's result is in status.
                 if latest.progress.sstables_done >= 1 && std::env::var("CLEAVE_CRASH_AT").is_ok_and(|p| p == "job-after-first") {
-                    eprintln!("cleave: CLEAVE_CRASH_AT=job-after-first: aborting");
+                    tracing::error!("CLEAVE_CRASH_AT=job-after-first: aborting");
                     std::process::abort();
                 }
             }
             _ = beat.tick() => {
-                latest.worker = Some(Worker { identity: ctx.identity.clone(), heartbeat_time: decide::now_rfc3339() });
-                ctx.store.patch_status(job, &latest).await?;
+                latest = status::next(&latest, Event::Heartbeat { identity: &ctx.identity }, generation, now()).status;
+                lease.write(&latest).await;
+                if lease.lost {
+                    cancel.store(true, Ordering::Relaxed);
+                }
             }
         }
     };
-    let mut st = final_status;
-    match result {
-        Ok(Outcome::Complete) | Ok(Outcome::Planned) => {
-            let planned = matches!(result, Ok(Outcome::Planned));
-            let (phase, cond, reason) = if planned {
-                (decide::PHASE_PLANNED, "Planned", "DryRun")
-            } else {
-                (decide::PHASE_COMPLETE, "Complete", "Completed")
-            };
-            let message = format!(
-                "{} sstables, {} partitions: {} bytes shared, {} copied, {} re-encoded",
-                st.progress.sstables_done,
-                st.progress.partitions,
-                st.progress.bytes_shared,
-                st.progress.bytes_copied,
-                st.progress.bytes_reencoded
-            );
-            st.phase = Some(phase.into());
-            st.reason = Some(reason.into());
-            st.message = Some(message.clone());
-            st.completion_time = Some(decide::now_rfc3339());
-            st.worker = None;
-            decide::set_condition(
-                &mut st.conditions,
-                "Running",
-                false,
-                reason,
-                &message,
-                generation,
-            );
-            decide::set_condition(&mut st.conditions, cond, true, reason, &message, generation);
-            ctx.store.patch_status(job, &st).await?;
-            observe_job(ctx, job, &st);
-            ctx.store
-                .event(job, EventType::Normal, reason, &message)
-                .await;
-            Ok(Action::await_change())
+    let (result, final_status) = match joined {
+        Ok(x) => x,
+        Err(e) => {
+            let message = format!("the job's worker thread failed: {e}");
+            tracing::error!(%message);
+            (
+                Err(job::Failure {
+                    reason: crate::reason::Reason::IoError.as_str().into(),
+                    message,
+                }),
+                latest.clone(),
+            )
         }
-        Ok(Outcome::Cancelled) => {
-            // Checkpoint: results so far are in status; the lease is released so that the
-            // next worker resumes at once.
-            st.worker = None;
-            decide::set_condition(
-                &mut st.conditions,
-                "Running",
-                true,
-                "Interrupted",
-                "the worker stopped between two sstables; the next one resumes",
-                generation,
-            );
-            ctx.store.patch_status(job, &st).await?;
-            ctx.store
-                .event(
-                    job,
-                    EventType::Normal,
-                    "Interrupted",
-                    "stopped between two sstables for shutdown",
-                )
-                .await;
-            Ok(Action::requeue(Duration::from_secs(1)))
-        }
+    };
+    let ev_failed;
+    let (ev, result_label) = match &result {
+        Ok(Outcome::Complete) => (Event::Finished { planned: false }, "complete"),
+        Ok(Outcome::Planned) => (Event::Finished { planned: true }, "planned"),
+        Ok(Outcome::Cancelled) => (Event::Interrupted, "interrupted"),
         Err(f) => {
-            fail(&mut st, &f.reason, &f.message, generation);
-            ctx.store.patch_status(job, &st).await?;
-            observe_job(ctx, job, &st);
-            ctx.store
-                .event(job, EventType::Warning, &f.reason, &f.message)
-                .await;
-            Ok(Action::await_change())
+            ev_failed = f.clone();
+            (
+                Event::Failed {
+                    reason: &ev_failed.reason,
+                    message: &ev_failed.message,
+                },
+                "failed",
+            )
+        }
+    };
+    ctx.metrics
+        .job_duration
+        .with_label_values(&[JOB, result_label])
+        .observe(started.elapsed().as_secs_f64());
+    ctx.metrics
+        .throttle
+        .remove_label_values(&[JOB, &ns, &name])
+        .ok();
+    if lease.lost {
+        return;
+    }
+    let t = status::next(&final_status, ev, generation, now());
+    match &result {
+        Err(f) => warn!(reason = %f.reason, detail = %f.message, "job failed"),
+        Ok(o) => info!(outcome = ?o, elapsed = ?started.elapsed(), "job ended"),
+    }
+    lease.write(&t.status).await;
+    record(ctx, job, key, &t.status, t.note.as_ref()).await;
+}
+
+fn count_sstable(
+    metrics: &Metrics,
+    result: &super::crd::SSTableResult,
+    report: &crate::split::SplitReport,
+) {
+    for (what, n) in [
+        ("shared", result.bytes_shared),
+        ("copied", result.bytes_copied),
+        ("reencoded", result.bytes_reencoded),
+        ("read", report.read_bytes),
+        ("written", report.write_bytes),
+    ] {
+        metrics.bytes.with_label_values(&[JOB, what]).inc_by(n);
+    }
+    metrics
+        .partitions
+        .with_label_values(&[JOB])
+        .inc_by(result.partitions);
+    metrics.sstables.with_label_values(&[JOB, "split"]).inc();
+    for c in &report.children {
+        if let Some(f) = &c.fallback {
+            metrics.fallbacks.with_label_values(&[f.reason()]).inc();
         }
     }
 }
 
-/// RangeStream: validated and accepted here; sending comes with the streaming engine.
+/// Reconciles one RangeStream: validated here; the streaming engine takes accepted ones.
+#[instrument(skip_all, fields(kind = STREAM, namespace = s.metadata.namespace.as_deref().unwrap_or_default(), name = s.metadata.name.as_deref().unwrap_or_default()))]
 pub async fn reconcile_stream<S: Store>(
     s: Arc<RangeStream>,
     ctx: Arc<Ctx<S>>,
@@ -425,41 +719,46 @@ pub async fn reconcile_stream<S: Store>(
     if s.spec.source_node != ctx.node {
         return Ok(Action::await_change());
     }
+    let timer = ctx
+        .metrics
+        .reconcile_duration
+        .with_label_values(&[STREAM])
+        .start_timer();
+    let key = key_of(&*s);
     let generation = s.metadata.generation;
-    let mut st = s.status.clone().unwrap_or_default();
+    let st = s.status.clone().unwrap_or_default();
+    observe_phase(&ctx, STREAM, &key, Some(status::phase(Some(&st))));
+    // RangeStream engine hook (issue 10): an accepted stream of this generation is handed
+    // to the stream engine here; it returns the Action and writes status through
+    // `status::next` like the job runner does.
     if st.observed_generation == generation && st.phase.is_some() {
         return Ok(Action::await_change());
     }
     let problem = validate_stream(&s.spec);
-    st.observed_generation = generation;
-    match problem {
-        Some((reason, message)) => fail(&mut st, &reason, &message, generation),
-        None => {
-            st.phase = Some(decide::PHASE_PENDING.into());
-            st.reason = Some("Accepted".into());
-            st.message =
-                Some("valid; waiting for the streaming engine of this sidecar version".into());
-            decide::set_condition(
-                &mut st.conditions,
-                "Accepted",
-                true,
-                "Valid",
-                "spec validated",
-                generation,
-            );
-        }
+    let ev = match &problem {
+        Some((reason, message)) => Event::Rejected { reason, message },
+        None => Event::StreamAccepted,
+    };
+    let t = status::next(&st, ev, generation, now());
+    let r = ctx.store.patch_stream_status(&s, &t.status).await;
+    timer.observe_duration();
+    if let Err(e) = &r {
+        ctx.metrics
+            .reconcile_errors
+            .with_label_values(&[STREAM, e.label()])
+            .inc();
     }
-    ctx.store.patch_stream_status(&s, &st).await?;
-    observe_phase(
-        &ctx,
-        "RangeStream",
-        format!(
-            "RangeStream/{}/{}",
-            s.namespace().unwrap_or_default(),
-            s.name_any()
-        ),
-        st.phase.clone(),
-    );
+    r?;
+    observe_phase(&ctx, STREAM, &key, t.status.phase);
+    if let Some((reason, _)) = &problem {
+        ctx.metrics
+            .failures
+            .with_label_values(&[STREAM, reason])
+            .inc();
+    }
+    if let Some(n) = &t.note {
+        ctx.store.event(&*s, n).await;
+    }
     Ok(Action::await_change())
 }
 
@@ -517,10 +816,9 @@ fn validate_stream(spec: &super::crd::RangeStreamSpec) -> Option<(String, String
     None
 }
 
-pub fn phase_label(s: Option<&JobStatus>) -> String {
-    phase_of(s)
-}
-
 pub fn shutdown_requested<S: Store>(ctx: &Ctx<S>) -> bool {
     ctx.shutdown.load(Ordering::Relaxed)
 }
+
+#[cfg(test)]
+mod tests;

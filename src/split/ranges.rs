@@ -20,13 +20,13 @@ pub struct RangesFile {
 }
 
 pub fn parse_ranges_yaml(text: &str) -> Result<RangesFile, String> {
-    if let Ok(list) = serde_norway::from_str::<Vec<RangeSpec>>(text) {
+    if let Ok(list) = serde_saphyr::from_str::<Vec<RangeSpec>>(text) {
         return Ok(RangesFile {
             ranges: list,
             transient_ranges: Vec::new(),
         });
     }
-    serde_norway::from_str::<RangesFile>(text).map_err(|e| {
+    serde_saphyr::from_str::<RangesFile>(text).map_err(|e| {
         format!("expected a list of {{start, end}} or a mapping with ranges/transientRanges: {e}")
     })
 }

@@ -1,0 +1,544 @@
+//! Every status transition of both resources, as a pure function of (status, event, now).
+//!
+//! The reconciler decides (`decide.rs`), applies (runs, waits, deletes) and records what
+//! [`next`] returns: the status to write and the Kubernetes Event to publish. Nothing else
+//! writes `phase`, `conditions`, `reason`, `message`, the times or the lease, so the rules
+//! below are the whole state machine:
+//!
+//! ```text
+//! Pending --Claimed--> Running --Finished--> Complete | Planned (dry run)
+//!    |  ^                 |  \--Failed----> Failed
+//!    |  '--Waiting        |  \--Interrupted (stays Running, lease released)
+//!    '--Rejected--> Failed '--Heartbeat / Progress (stays Running)
+//! ```
+//!
+//! Conditions follow metav1.Condition: a list-map keyed by `type`, `lastTransitionTime`
+//! changes only when `status` does.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::crd::{Condition, JobStatus, Progress, SSTableResult, Worker};
+
+/// `status.phase`: Pending → Running → Complete, Failed, or Planned (a dry run).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Phase {
+    #[default]
+    Pending,
+    Running,
+    /// A dry run finished: status says what would be done.
+    Planned,
+    Complete,
+    Failed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Planned => "Planned",
+            Phase::Complete => "Complete",
+            Phase::Failed => "Failed",
+        }
+    }
+
+    pub fn is_finished(self) -> bool {
+        matches!(self, Phase::Planned | Phase::Complete | Phase::Failed)
+    }
+}
+
+/// The phase of a possibly absent status (no status = Pending).
+pub fn phase(s: Option<&JobStatus>) -> Phase {
+    s.and_then(|s| s.phase).unwrap_or_default()
+}
+
+/// What happened to a resource.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// The spec or a pre-flight refused the job: it fails without having written anything.
+    Rejected { reason: &'a str, message: &'a str },
+    /// A limit holds the job back (another job on its table, the node's concurrency); it
+    /// stays Pending with a `Waiting` condition saying why.
+    Waiting { reason: &'a str, message: &'a str },
+    /// This worker takes the lease (a Running status means it resumes another's work).
+    Claimed { identity: &'a str },
+    /// The worker renews its lease.
+    Heartbeat { identity: &'a str },
+    /// The executor recorded more results (it owns `progress` and `results`).
+    Progress {
+        identity: &'a str,
+        progress: &'a Progress,
+        results: &'a [SSTableResult],
+    },
+    /// Every parent is done (`planned`: it was a dry run).
+    Finished { planned: bool },
+    /// Stopped between two sstables (shutdown); the lease is released for the next worker.
+    Interrupted,
+    /// Execution failed.
+    Failed { reason: &'a str, message: &'a str },
+    /// A RangeStream's spec is valid; it waits for the streaming engine.
+    StreamAccepted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// A Kubernetes Event to publish with a transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub type_: EventType,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    pub status: JobStatus,
+    /// `None`: nothing worth an Event (heartbeats, progress, an unchanged wait).
+    pub note: Option<Note>,
+}
+
+/// RFC 3339 at whole seconds (what the apiserver stores for metav1.Time).
+pub fn rfc3339(secs: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_second(secs)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
+}
+
+/// The status after `ev` at `now` (seconds since the epoch), for a resource at `generation`.
+pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64) -> Transition {
+    let mut st = status.clone();
+    let t = rfc3339(now);
+    let note = |type_, reason: &str, message: &str| {
+        Some(Note {
+            type_,
+            reason: reason.into(),
+            message: message.into(),
+        })
+    };
+    let note = match ev {
+        Event::Rejected { reason, message } | Event::Failed { reason, message } => {
+            st.phase = Some(Phase::Failed);
+            st.reason = Some(reason.into());
+            st.message = Some(message.into());
+            st.observed_generation = generation;
+            st.completion_time = Some(t.clone());
+            st.worker = None;
+            set_condition(
+                &mut st.conditions,
+                "Running",
+                false,
+                reason,
+                message,
+                generation,
+                &t,
+            );
+            set_condition(
+                &mut st.conditions,
+                "Waiting",
+                false,
+                reason,
+                message,
+                generation,
+                &t,
+            );
+            set_condition(
+                &mut st.conditions,
+                "Failed",
+                true,
+                reason,
+                message,
+                generation,
+                &t,
+            );
+            note(EventType::Warning, reason, message)
+        }
+        Event::Waiting { reason, message } => {
+            let unchanged = st.phase == Some(Phase::Pending)
+                && st.conditions.iter().any(|c| {
+                    c.type_ == "Waiting"
+                        && c.status == "True"
+                        && c.reason == reason
+                        && c.message == message
+                });
+            st.phase = Some(Phase::Pending);
+            st.reason = Some(reason.into());
+            st.message = Some(message.into());
+            st.observed_generation = generation;
+            set_condition(
+                &mut st.conditions,
+                "Waiting",
+                true,
+                reason,
+                message,
+                generation,
+                &t,
+            );
+            if unchanged {
+                None
+            } else {
+                note(EventType::Normal, reason, message)
+            }
+        }
+        Event::Claimed { identity } => {
+            let resumed = st.phase == Some(Phase::Running);
+            let (reason, message) = if resumed {
+                (
+                    "Resumed",
+                    format!("resumed by {identity} after the previous worker stopped"),
+                )
+            } else {
+                ("Started", format!("started by {identity}"))
+            };
+            st.phase = Some(Phase::Running);
+            st.reason = None;
+            st.message = None;
+            st.observed_generation = generation;
+            st.start_time.get_or_insert_with(|| t.clone());
+            st.worker = Some(Worker {
+                identity: identity.into(),
+                heartbeat_time: t.clone(),
+            });
+            set_condition(
+                &mut st.conditions,
+                "Waiting",
+                false,
+                reason,
+                &message,
+                generation,
+                &t,
+            );
+            set_condition(
+                &mut st.conditions,
+                "Running",
+                true,
+                reason,
+                &message,
+                generation,
+                &t,
+            );
+            note(EventType::Normal, reason, &message)
+        }
+        Event::Heartbeat { identity } => {
+            st.worker = Some(Worker {
+                identity: identity.into(),
+                heartbeat_time: t.clone(),
+            });
+            None
+        }
+        Event::Progress {
+            identity,
+            progress,
+            results,
+        } => {
+            st.progress = progress.clone();
+            st.results = results.to_vec();
+            st.worker = Some(Worker {
+                identity: identity.into(),
+                heartbeat_time: t.clone(),
+            });
+            None
+        }
+        Event::Finished { planned } => {
+            let (phase, cond, reason) = if planned {
+                (Phase::Planned, "Planned", "DryRun")
+            } else {
+                (Phase::Complete, "Complete", "Completed")
+            };
+            let p = &st.progress;
+            let message = format!(
+                "{} sstables, {} partitions: {} bytes shared, {} copied, {} re-encoded",
+                p.sstables_done, p.partitions, p.bytes_shared, p.bytes_copied, p.bytes_reencoded
+            );
+            st.phase = Some(phase);
+            st.reason = Some(reason.into());
+            st.message = Some(message.clone());
+            st.completion_time = Some(t.clone());
+            st.worker = None;
+            set_condition(
+                &mut st.conditions,
+                "Running",
+                false,
+                reason,
+                &message,
+                generation,
+                &t,
+            );
+            set_condition(
+                &mut st.conditions,
+                cond,
+                true,
+                reason,
+                &message,
+                generation,
+                &t,
+            );
+            note(EventType::Normal, reason, &message)
+        }
+        Event::Interrupted => {
+            let message = "the worker stopped between two sstables; the next one resumes";
+            st.worker = None;
+            set_condition(
+                &mut st.conditions,
+                "Running",
+                true,
+                "Interrupted",
+                message,
+                generation,
+                &t,
+            );
+            note(
+                EventType::Normal,
+                "Interrupted",
+                "stopped between two sstables for shutdown",
+            )
+        }
+        Event::StreamAccepted => {
+            st.phase = Some(Phase::Pending);
+            st.reason = Some("Accepted".into());
+            st.message =
+                Some("valid; waiting for the streaming engine of this sidecar version".into());
+            st.observed_generation = generation;
+            set_condition(
+                &mut st.conditions,
+                "Accepted",
+                true,
+                "Valid",
+                "spec validated",
+                generation,
+                &t,
+            );
+            note(EventType::Normal, "Accepted", "spec validated")
+        }
+    };
+    Transition { status: st, note }
+}
+
+/// Sets a condition, keeping its transition time when the status does not change
+/// (metav1.Condition semantics; conditions are a list-map keyed by type). An empty message
+/// falls back to the reason: a 1.20 apiserver's server-side apply turns "" into null.
+pub fn set_condition(
+    conds: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &str,
+) {
+    let s = if status { "True" } else { "False" };
+    let message = if message.is_empty() { reason } else { message };
+    match conds.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != s {
+                c.last_transition_time = now.into();
+            }
+            c.status = s.into();
+            c.reason = reason.into();
+            c.message = message.into();
+            c.observed_generation = generation;
+        }
+        None if !status && type_ == "Waiting" => {
+            // A job that never waited gets no Waiting=False condition.
+        }
+        None => conds.push(Condition {
+            type_: type_.into(),
+            status: s.into(),
+            observed_generation: generation,
+            last_transition_time: now.into(),
+            reason: reason.into(),
+            message: message.into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: i64 = 1_800_000_000;
+
+    fn cond<'a>(st: &'a JobStatus, t: &str) -> &'a Condition {
+        st.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn a_job_is_claimed_runs_and_completes() {
+        let t = next(
+            &JobStatus::default(),
+            Event::Claimed { identity: "n1/1/1" },
+            Some(2),
+            T0,
+        );
+        let st = t.status;
+        assert_eq!(st.phase, Some(Phase::Running));
+        assert_eq!(st.worker.as_ref().unwrap().identity, "n1/1/1");
+        assert_eq!(st.start_time.as_deref(), Some(rfc3339(T0).as_str()));
+        assert_eq!(st.observed_generation, Some(2));
+        assert_eq!(t.note.unwrap().reason, "Started");
+        assert!(st.conditions.iter().all(|c| c.type_ != "Waiting"));
+        let progress = Progress {
+            sstables_total: 2,
+            sstables_done: 2,
+            partitions: 10,
+            ..Default::default()
+        };
+        let st = next(
+            &st,
+            Event::Progress {
+                identity: "n1/1/1",
+                progress: &progress,
+                results: &[],
+            },
+            Some(2),
+            T0 + 5,
+        );
+        assert!(st.note.is_none());
+        let done = next(
+            &st.status,
+            Event::Finished { planned: false },
+            Some(2),
+            T0 + 9,
+        );
+        let s = &done.status;
+        assert_eq!(s.phase, Some(Phase::Complete));
+        assert!(s.worker.is_none(), "the lease is released");
+        assert_eq!(s.completion_time.as_deref(), Some(rfc3339(T0 + 9).as_str()));
+        assert_eq!(cond(s, "Running").status, "False");
+        assert_eq!(cond(s, "Complete").status, "True");
+        assert!(s
+            .message
+            .as_ref()
+            .unwrap()
+            .starts_with("2 sstables, 10 partitions"));
+        // The start time is the first claim's, not the last one's.
+        assert_eq!(s.start_time.as_deref(), Some(rfc3339(T0).as_str()));
+    }
+
+    #[test]
+    fn a_claim_of_a_running_job_is_a_resume() {
+        let st = JobStatus {
+            phase: Some(Phase::Running),
+            start_time: Some(rfc3339(T0 - 100)),
+            ..Default::default()
+        };
+        let t = next(&st, Event::Claimed { identity: "b" }, None, T0);
+        assert_eq!(t.note.unwrap().reason, "Resumed");
+        assert_eq!(
+            t.status.start_time.as_deref(),
+            Some(rfc3339(T0 - 100).as_str())
+        );
+    }
+
+    #[test]
+    fn waiting_says_why_and_publishes_an_event_only_when_it_changes() {
+        let w = Event::Waiting {
+            reason: "TableBusy",
+            message: "ks.t is being anticompacted by default/j1",
+        };
+        let a = next(&JobStatus::default(), w, Some(1), T0);
+        assert_eq!(a.status.phase, Some(Phase::Pending));
+        assert_eq!(cond(&a.status, "Waiting").reason, "TableBusy");
+        assert!(a.note.is_some());
+        let b = next(&a.status, w, Some(1), T0 + 5);
+        assert!(b.note.is_none(), "same wait: no new Event");
+        assert_eq!(
+            cond(&b.status, "Waiting").last_transition_time,
+            rfc3339(T0),
+            "transition time kept"
+        );
+        let c = next(
+            &b.status,
+            Event::Claimed { identity: "me" },
+            Some(1),
+            T0 + 10,
+        );
+        assert_eq!(cond(&c.status, "Waiting").status, "False");
+        assert_eq!(
+            cond(&c.status, "Waiting").last_transition_time,
+            rfc3339(T0 + 10)
+        );
+    }
+
+    #[test]
+    fn rejection_and_failure_end_the_job_with_the_reason() {
+        for ev in [
+            Event::Rejected {
+                reason: "InsufficientSpace",
+                message: "needs 3 GiB",
+            },
+            Event::Failed {
+                reason: "CorruptSSTable",
+                message: "bad chunk",
+            },
+        ] {
+            let running = next(
+                &JobStatus::default(),
+                Event::Claimed { identity: "me" },
+                None,
+                T0,
+            )
+            .status;
+            let t = next(&running, ev, Some(3), T0 + 1);
+            let s = &t.status;
+            assert_eq!(s.phase, Some(Phase::Failed));
+            assert!(s.worker.is_none());
+            assert_eq!(cond(s, "Failed").status, "True");
+            assert_eq!(cond(s, "Running").status, "False");
+            assert_eq!(Some(cond(s, "Failed").reason.clone()), s.reason);
+            assert_eq!(t.note.unwrap().type_, EventType::Warning);
+        }
+    }
+
+    #[test]
+    fn an_interrupt_keeps_results_and_releases_the_lease() {
+        let mut st = next(
+            &JobStatus::default(),
+            Event::Claimed { identity: "me" },
+            None,
+            T0,
+        )
+        .status;
+        st.progress.sstables_done = 1;
+        let t = next(&st, Event::Interrupted, None, T0 + 1);
+        assert_eq!(t.status.phase, Some(Phase::Running));
+        assert!(t.status.worker.is_none());
+        assert_eq!(t.status.progress.sstables_done, 1);
+        assert_eq!(cond(&t.status, "Running").reason, "Interrupted");
+    }
+
+    #[test]
+    fn a_heartbeat_moves_only_the_lease() {
+        let st = next(
+            &JobStatus::default(),
+            Event::Claimed { identity: "me" },
+            None,
+            T0,
+        )
+        .status;
+        let t = next(&st, Event::Heartbeat { identity: "me" }, None, T0 + 10);
+        let mut expect = st.clone();
+        expect.worker.as_mut().unwrap().heartbeat_time = rfc3339(T0 + 10);
+        assert_eq!(t.status, expect);
+        assert!(t.note.is_none());
+    }
+
+    #[test]
+    fn conditions_keep_transition_time_when_unchanged() {
+        let mut c = Vec::new();
+        set_condition(&mut c, "Running", true, "Started", "", Some(1), "t1");
+        set_condition(&mut c, "Running", true, "Progress", "1/2", Some(1), "t2");
+        assert_eq!(c[0].last_transition_time, "t1");
+        assert_eq!(c.len(), 1);
+        set_condition(&mut c, "Complete", true, "Done", "", Some(1), "t3");
+        assert_eq!(c.len(), 2);
+        assert_eq!(
+            c[1].message, "Done",
+            "empty message falls back to the reason"
+        );
+    }
+}
