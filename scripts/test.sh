@@ -44,6 +44,9 @@ cargo fmt --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --all-targets -- -D warnings
 
+step "cargo build --release --locked (target/release/cleave: the binary the tests run and the Dockerfile's prebuilt target packages)"
+cargo build --quiet --release --locked
+
 step "cargo test (release: the corpus and XFS tests move real bytes)"
 cargo test --release --all-targets 2>&1 | tee "${TMPDIR:-/tmp}/cleave-test.log"
 

@@ -77,7 +77,7 @@ restart every storage node's sidecar.
 {{- $volume := ternary "cassandra-data" $v.sidecar.dataVolume $daemon }}
 {{- $uid := ternary $v.daemonset.runAsUser $v.sidecar.runAsUser $daemon }}
 {{- $gid := ternary $v.daemonset.runAsGroup $v.sidecar.runAsGroup $daemon }}
-{{- $nodeField := ternary $v.daemonset.nodeNameFieldPath $v.sidecar.nodeNameFieldPath $daemon }}
+{{- $nodeField := ternary $v.daemonset.nodeNameFieldPath $v.sidecar.nodeNameFieldPath $daemon -}}
 - name: cleave
   image: {{ include "cleave.image" $root }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
