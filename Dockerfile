@@ -5,9 +5,11 @@
 #   docker build -t cleave:0.1.0 .                          # builds the binary in stage `build`
 #   docker build --target prebuilt -t cleave:0.1.0 .        # packages target/release/cleave
 #
-# Either way the binary is the one CI builds: `cargo build --release --locked` (the command
-# scripts/test.sh runs before the tests, which then use that same target/release/cleave),
-# from the committed Cargo.lock, on Debian bookworm (the glibc of distroless/cc-debian12).
+# Either way the binary is the one CI builds: `cargo build --release --locked` from the
+# committed Cargo.lock (scripts/test.sh's last step, so that target/release/cleave is that
+# binary when the prebuilt target copies it), on Debian bookworm (the glibc of
+# distroless/cc-debian12). The tests run cargo test's own link of the same sources and lock
+# (cargo unifies dev-dependency features into it; the two differ in hash).
 # The release profile keeps line tables (debug = 1) for backtraces in CI; the image strips
 # them (128 MB -> 18 MB measured).
 

@@ -422,6 +422,12 @@ fn dockerfile_builds_the_ci_binary() {
         test_sh.contains("cargo build --quiet --release --locked"),
         "scripts/test.sh does not build the binary the Dockerfile packages"
     );
+    // ...after the tests, so the prebuilt target copies the `cargo build` link.
+    assert!(
+        test_sh.find("cargo build --quiet --release --locked")
+            > test_sh.find("cargo test --release"),
+        "scripts/test.sh must build the release binary after `cargo test`"
+    );
     assert!(df.contains("COPY target/release/cleave"));
     assert!(df.contains("strip --strip-debug"));
     let values = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
@@ -592,6 +598,96 @@ fn cass_operator_pod(dc_spec: &Value, name: &str) -> Value {
     })
 }
 
+/// `helm install cleave` into `ns` for real (a pod needs its ServiceAccount to exist; the
+/// CRDs are there already, so Helm skips crds/ as on any upgrade); the CassandraDatacenter
+/// `spec` part of the snippet NOTES.txt prints.
+fn sidecar_snippet(cluster: &Cluster, ns: &str, extra: &[&str]) -> Value {
+    notes_snippet(cluster, ns, extra, "--wait=false")
+}
+
+/// The same from `helm install --dry-run=client` (nothing installed).
+fn sidecar_snippet_dry(cluster: &Cluster, ns: &str, extra: &[&str]) -> Value {
+    notes_snippet(cluster, ns, extra, "--dry-run=client")
+}
+
+fn notes_snippet(cluster: &Cluster, ns: &str, extra: &[&str], mode: &str) -> Value {
+    let chart = chart();
+    let mut args = vec![
+        "install",
+        "cleave",
+        chart.to_str().unwrap(),
+        "-n",
+        ns,
+        mode,
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = helm(&args);
+    let notes = out
+        .split("\nNOTES:\n")
+        .nth(1)
+        .expect("NOTES in helm output");
+    let snippet: String = notes
+        .lines()
+        .skip_while(|l| !l.starts_with("spec:"))
+        .take_while(|l| !l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    yaml_docs(&snippet)[0]["spec"].clone()
+}
+
+fn cleave_container(pod: &Value) -> &Value {
+    pod["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "cleave")
+        .expect("a cleave container")
+}
+
+/// The snippet merged into the pod cass-operator builds, server-dry-run as a Pod, and the
+/// cleave container checked against the restricted profile and the sidecar's contract.
+fn sidecar_pod_accepted(cluster: &Cluster, ns: &str, dc_spec: &Value) -> Value {
+    let pod = cass_operator_pod(dc_spec, "cluster1-dc1-default-sts-0");
+    let pod = cluster.dry_run(
+        ns,
+        &serde_json::to_string(&pod).unwrap(),
+        "the sidecar merged into a cass-operator pod",
+    )[0]
+    .clone();
+    let c = cleave_container(&pod);
+    assert_restricted(c, &pod["spec"], "sidecar container");
+    assert_eq!(c["securityContext"]["runAsUser"], 999);
+    assert_eq!(c["securityContext"]["runAsGroup"], 999);
+    assert!(
+        c["readinessProbe"].is_null(),
+        "no readiness probe on a sidecar"
+    );
+    assert!(c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["name"] == "server-data" && m["mountPath"] == "/var/lib/cassandra"));
+    assert!(c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == "NODE_NAME"
+            && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"));
+    // Nothing host-level comes from the snippet.
+    for k in ["hostPID", "hostNetwork", "hostIPC"] {
+        assert!(pod["spec"][k].is_null() || pod["spec"][k] == false, "{k}");
+    }
+    assert!(
+        pod["spec"]["terminationGracePeriodSeconds"]
+            .as_i64()
+            .unwrap()
+            >= 300
+    );
+    pod
+}
+
 /// Flags in the chart's `cleave run` line that CONTRACT.md names but this build's
 /// `cleave run` does not parse yet (the operator and stream issues add them). The e2e run
 /// leaves exactly these out; any other unknown flag fails the test. Empty this list once
@@ -693,26 +789,7 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
     //    are there already, so Helm skips crds/ as on any upgrade), then the sidecar snippet
     //    as NOTES.txt prints it, the same as docs/install.md shows it,
     //    merged into the pod cass-operator builds: accepted as a Pod.
-    let notes = helm(&[
-        "install",
-        "cleave",
-        chart().to_str().unwrap(),
-        "-n",
-        "cass",
-        "--wait=false",
-        "--kubeconfig",
-        cluster.kubeconfig.to_str().unwrap(),
-    ]);
-    let notes = notes
-        .split("\nNOTES:\n")
-        .nth(1)
-        .expect("NOTES in helm output");
-    let snippet: String = notes
-        .lines()
-        .skip_while(|l| !l.starts_with("spec:"))
-        .take_while(|l| !l.is_empty())
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let notes_spec = sidecar_snippet(&cluster, "cass", &[]);
     let install_md = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
     let doc_dc = yaml_blocks(&repo().join("docs/install.md"))
         .into_iter()
@@ -720,7 +797,6 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
         .find(|b| b.contains("kind: CassandraDatacenter"))
         .expect("docs/install.md shows a CassandraDatacenter");
     let doc_dc = &yaml_docs(&doc_dc)[0];
-    let notes_spec = &yaml_docs(&snippet)[0]["spec"];
     for k in ["serviceAccount", "podTemplateSpec"] {
         assert_eq!(
             &doc_dc["spec"][k], &notes_spec[k],
@@ -733,37 +809,39 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
         &serde_json::to_string(doc_dc).unwrap(),
         "the CassandraDatacenter of docs/install.md",
     );
-    let pod = cass_operator_pod(&doc_dc["spec"], "cluster1-dc1-default-sts-0");
-    let pod = &cluster.dry_run(
-        "cass",
-        &serde_json::to_string(&pod).unwrap(),
-        "the sidecar merged into a cass-operator pod",
-    )[0];
+    let pod = sidecar_pod_accepted(&cluster, "cass", &doc_dc["spec"]);
     assert_eq!(pod["spec"]["shareProcessNamespace"], true);
-    let cleave_c = pod["spec"]["containers"]
+    // With the receiver on: its port, and the credentials Secret mounted read-only.
+    cluster.kubectl(&["create", "namespace", "cass-stream"], None);
+    let spec = sidecar_snippet(
+        &cluster,
+        "cass-stream",
+        &["-f", &ci_values("sidecar-stream-values.yaml")],
+    );
+    let pod = sidecar_pod_accepted(&cluster, "cass-stream", &spec);
+    let c = cleave_container(&pod);
+    assert!(c["ports"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["name"] == "cleave")
-        .unwrap();
-    assert_restricted(cleave_c, &pod["spec"], "sidecar container");
-    assert_eq!(cleave_c["securityContext"]["runAsUser"], 999);
-    assert_eq!(cleave_c["securityContext"]["runAsGroup"], 999);
-    assert!(cleave_c["volumeMounts"]
+        .any(|p| p["name"] == "cleave-stream" && p["containerPort"] == 7070));
+    assert!(c["volumeMounts"]
         .as_array()
         .unwrap()
         .iter()
-        .any(|m| m["name"] == "server-data" && m["mountPath"] == "/var/lib/cassandra"));
-    assert!(cleave_c["env"]
+        .any(|m| m["name"] == "cleave-stream-credentials" && m["readOnly"] == true));
+    assert!(pod["spec"]["volumes"]
         .as_array()
         .unwrap()
         .iter()
-        .any(|e| e["name"] == "NODE_NAME"
-            && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"));
-    // The sidecar's pod is the restricted profile's too, except what cass-operator adds.
-    for k in ["hostPID", "hostNetwork", "hostIPC"] {
-        assert!(pod["spec"][k].is_null() || pod["spec"][k] == false, "{k}");
-    }
+        .any(|v| v["secret"]["secretName"] == "cleave-stream"));
+    // Without Replace wanted: no shared PID namespace.
+    let spec = sidecar_snippet_dry(
+        &cluster,
+        "cass-nopid",
+        &["--set", "sidecar.shareProcessNamespace=false"],
+    );
+    assert!(spec["podTemplateSpec"]["spec"]["shareProcessNamespace"].is_null());
 
     // 3. Every example and every YAML block of docs/: applied (server dry run), values
     //    blocks rendered with the chart first.

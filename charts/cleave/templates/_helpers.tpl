@@ -228,7 +228,9 @@ spec:
       labels:
         {{- include "cleave.selectorLabels" . | nindent 8 }}
     spec:
+      {{- if .Values.sidecar.shareProcessNamespace }}
       shareProcessNamespace: true
+      {{- end }}
       terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
       containers:
         {{- include "cleave.container" (dict "root" . "shape" "sidecar") | nindent 8 }}
