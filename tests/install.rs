@@ -835,6 +835,24 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
         .unwrap()
         .iter()
         .any(|v| v["secret"]["secretName"] == "cleave-stream"));
+    // The DaemonSet shape's NOTES render and say what the namespace needs.
+    let out = helm(&[
+        "install",
+        "cleave",
+        chart().to_str().unwrap(),
+        "-n",
+        "cleave-system",
+        "--dry-run=client",
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+        "-f",
+        &ci_values("all-features-values.yaml"),
+    ]);
+    let notes = out.split("\nNOTES:\n").nth(1).expect("NOTES");
+    assert!(
+        notes.contains("pod-security.kubernetes.io/enforce=privileged"),
+        "{notes}"
+    );
     // Without Replace wanted: no shared PID namespace.
     let spec = sidecar_snippet_dry(
         &cluster,
