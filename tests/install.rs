@@ -113,7 +113,7 @@ fn yaml_docs(text: &str) -> Vec<Value> {
     let mut c = Command::new("python3");
     c.args([
         "-c",
-        "import sys, json, yaml; json.dump([d for d in yaml.safe_load_all(sys.stdin) if d is not None], sys.stdout)",
+        "import sys, json, yaml; json.dump([d for d in yaml.safe_load_all(sys.stdin) if d is not None], sys.stdout, default=str)",
     ]);
     serde_json::from_str(&ok(c, Some(text))).unwrap()
 }
@@ -1244,4 +1244,112 @@ fn rbac_end_to_end(cluster: &Cluster) {
         !log_text.contains("403") && !log_text.to_lowercase().contains("forbidden"),
         "cleave run hit a permission error under the chart's RBAC:\n{log_text}"
     );
+}
+
+/// The two examples that run next to a live Cassandra, run for real by the local
+/// reconciler (`cleave run --local`, the same reconciler as on a cluster): the dry run plans
+/// and changes nothing on disk, the staged job completes with children in
+/// `<table>/cleave-staged/<job>/` that the independent checker accepts.
+#[test]
+fn live_path_examples_run_in_local_mode() {
+    let node = "cluster1-dc1-default-sts-0";
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let table = data.join("ks/events-0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(&table).unwrap();
+    for g in ["1", "2"] {
+        cleave_json(&[
+            "gen".as_ref(),
+            "--out".as_ref(),
+            table.as_os_str(),
+            "--size".as_ref(),
+            "4MiB".as_ref(),
+            "--generation".as_ref(),
+            g.as_ref(),
+            "--json".as_ref(),
+        ]);
+    }
+    let _ = std::fs::remove_file(table.join("schema.cql"));
+    let manifests = tmp.path().join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let run_once = |example: &str| -> String {
+        std::fs::copy(
+            repo().join("examples").join(example),
+            manifests.join(example),
+        )
+        .unwrap();
+        let mut c = Command::new(cleave_bin());
+        c.args(["run", "--local"])
+            .arg(&manifests)
+            .args(["--node", node, "--once", "--metrics-addr", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(&data);
+        ok(c, None);
+        let name = yaml_docs(&std::fs::read_to_string(manifests.join(example)).unwrap())[0]
+            ["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        std::fs::read_to_string(manifests.join(format!("{name}.status.yaml"))).unwrap()
+    };
+    let before = snapshot(&data);
+    let plan = &yaml_docs(&run_once("anticompaction-dry-run.yaml"))[0];
+    assert_eq!(plan["phase"], "Planned", "{plan}");
+    assert!(
+        snapshot(&data) == before,
+        "the dry run changed the data directory"
+    );
+    let staged = &yaml_docs(&run_once("anticompaction-stage.yaml"))[0];
+    assert_eq!(staged["phase"], "Complete", "{staged}");
+    let children: Vec<PathBuf> = staged["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["children"].as_array().unwrap().iter())
+        .map(|c| PathBuf::from(c.as_str().unwrap()))
+        .collect();
+    assert!(!children.is_empty());
+    for c in &children {
+        assert!(
+            c.starts_with(table.join("cleave-staged/events-repair-stage")),
+            "{}",
+            c.display()
+        );
+    }
+    if let Some(shared) = corpus_or_skip("sstcheck of the staged example's children") {
+        sstcheck_all(&shared, &children);
+    }
+}
+
+/// Every metric an alert of the chart's PrometheusRule uses is one cleave exports.
+#[test]
+fn alerts_use_only_metrics_cleave_exports() {
+    let alerts = std::fs::read_to_string(chart().join("files/alerts.yaml")).unwrap();
+    let mut src = String::new();
+    let mut stack = vec![repo().join("src")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                src.push_str(&std::fs::read_to_string(p).unwrap());
+            }
+        }
+    }
+    let mut names = BTreeSet::new();
+    for (i, _) in alerts.match_indices("cleave_") {
+        let name: String = alerts[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        names.insert(name);
+    }
+    assert!(names.len() >= 4, "{names:?}");
+    for n in &names {
+        assert!(
+            src.contains(&format!("\"{n}\"")),
+            "alerts.yaml uses {n}, which no source file registers"
+        );
+    }
 }
