@@ -1083,6 +1083,31 @@ fn rbac_end_to_end(cluster: &Cluster) {
     assert!(!can_i(&sa_stream, &["list", "secrets"]));
     assert!(!can_i(&sa_stream, &["watch", "secrets"]));
 
+    // Cluster-wide (every optional feature on): every namespace's jobs, but still only the
+    // release namespace's stream Secret.
+    let cw_ns = "cleave-e2e-cw";
+    cluster.kubectl(&["create", "namespace", cw_ns], None);
+    let rendered = template(cw_ns, &["-f", &ci_values("all-features-values.yaml")]);
+    cluster.kubectl(&["apply", "-n", cw_ns, "-f", "-"], Some(&rendered));
+    let sa_cw = sa_kubeconfig(cw_ns);
+    for (args, want) in [
+        (&["list", "anticompactionjobs.cleave.dev", "-A"][..], true),
+        (&["watch", "rangestreams.cleave.dev", "-n", "default"], true),
+        (&["create", "events.events.k8s.io", "-n", "default"], true),
+        (&["get", "secrets/cleave-stream"], true),
+        (&["get", "secrets/cleave-stream", "-n", "default"], false),
+        (&["list", "secrets", "-A"], false),
+        (&["get", "pods", "-A"], false),
+        (&["patch", "statefulsets.apps", "-A"], false),
+        (&["create", "anticompactionjobs.cleave.dev", "-A"], false),
+    ] {
+        assert_eq!(
+            can_i(&sa_cw, args),
+            want,
+            "cluster-wide chart: can-i {args:?}"
+        );
+    }
+
     // The chart's own `cleave run` line, as the DaemonSet renders it, run as a process with
     // the ServiceAccount token; flags this build lacks are left out (see the list).
     let ds_docs = yaml_docs(&template(ns, &["--set", "daemonset.enabled=true"]));
