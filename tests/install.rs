@@ -811,6 +811,31 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
     );
     let pod = sidecar_pod_accepted(&cluster, "cass", &doc_dc["spec"]);
     assert_eq!(pod["spec"]["shareProcessNamespace"], true);
+    // `helm upgrade` of that release works against the real apiserver (CRDs untouched, as
+    // Helm does with crds/), and a value change reaches the cluster.
+    helm(&[
+        "upgrade",
+        "cleave",
+        chart().to_str().unwrap(),
+        "-n",
+        "cass",
+        "--reuse-values",
+        "--set",
+        "metrics.service.enabled=false",
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+    ]);
+    let svc = run(
+        cluster.kubectl_as(
+            &cluster.kubeconfig,
+            &["get", "service", "cleave-metrics", "-n", "cass"],
+        ),
+        None,
+    );
+    assert!(
+        !svc.status.success(),
+        "helm upgrade removed the metrics Service"
+    );
     // With the receiver on: its port, and the credentials Secret mounted read-only.
     cluster.kubectl(&["create", "namespace", "cass-stream"], None);
     let spec = sidecar_snippet(
