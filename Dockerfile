@@ -9,7 +9,8 @@
 # committed Cargo.lock (scripts/test.sh's last step, so that target/release/cleave is that
 # binary when the prebuilt target copies it), on Debian bookworm (the glibc of
 # distroless/cc-debian12). The tests run cargo test's own link of the same sources and lock
-# (cargo unifies dev-dependency features into it; the two differ in hash).
+# (cargo resolves it as a separate unit with the dev-dependencies in the graph; the two
+# differ in hash).
 # The release profile keeps line tables (debug = 1) for backtraces in CI; the image strips
 # them (128 MB -> 18 MB measured). The binary needs libc, libm, libgcc_s only, and glibc
 # symbols up to GLIBC_2.34 (objdump -T), which distroless/cc-debian12 (glibc 2.36) provides.

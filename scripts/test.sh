@@ -47,8 +47,8 @@ cargo clippy --quiet --all-targets -- -D warnings
 step "cargo test (release: the corpus and XFS tests move real bytes)"
 cargo test --release --all-targets 2>&1 | tee "${TMPDIR:-/tmp}/cleave-test.log"
 
-# The release binary, last: `cargo test` links its own variant of target/release/cleave (cargo
-# unifies dev-dependency features into it), so this leaves the `cargo build` one in place for
+# The release binary, last: `cargo test` links its own variant of target/release/cleave (a
+# separate unit, with the dev-dependencies in the graph), so this leaves the `cargo build` one for
 # the Dockerfile's prebuilt target (docs/install.md). Both are kept in target/release/deps, so
 # switching back costs no rebuild after the first.
 step "cargo build --release --locked (the binary the container image packages)"
