@@ -602,15 +602,16 @@ fn cass_operator_pod(dc_spec: &Value, name: &str) -> Value {
 /// CRDs are there already, so Helm skips crds/ as on any upgrade); the CassandraDatacenter
 /// `spec` part of the snippet NOTES.txt prints.
 fn sidecar_snippet(cluster: &Cluster, ns: &str, extra: &[&str]) -> Value {
-    notes_snippet(cluster, ns, extra, "--wait=false")
+    notes_snippet(cluster, ns, extra, "--wait=false").0
 }
 
 /// The same from `helm install --dry-run=client` (nothing installed).
-fn sidecar_snippet_dry(cluster: &Cluster, ns: &str, extra: &[&str]) -> Value {
+fn sidecar_snippet_dry(cluster: &Cluster, ns: &str, extra: &[&str]) -> (Value, String) {
     notes_snippet(cluster, ns, extra, "--dry-run=client")
 }
 
-fn notes_snippet(cluster: &Cluster, ns: &str, extra: &[&str], mode: &str) -> Value {
+/// The snippet's `spec` parsed, and its text.
+fn notes_snippet(cluster: &Cluster, ns: &str, extra: &[&str], mode: &str) -> (Value, String) {
     let chart = chart();
     let mut args = vec![
         "install",
@@ -634,7 +635,7 @@ fn notes_snippet(cluster: &Cluster, ns: &str, extra: &[&str], mode: &str) -> Val
         .take_while(|l| !l.is_empty())
         .map(|l| format!("{l}\n"))
         .collect();
-    yaml_docs(&snippet)[0]["spec"].clone()
+    (yaml_docs(&snippet)[0]["spec"].clone(), snippet)
 }
 
 fn cleave_container(pod: &Value) -> &Value {
@@ -775,6 +776,18 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
             let ds = objs.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
             let pod = &ds["spec"]["template"]["spec"];
             assert_eq!(pod["hostPID"], true);
+            // Cluster-wide: neither --namespace nor the POD_NAMESPACE it defaults to.
+            let c = &pod["containers"][0];
+            assert!(!c["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a.as_str().unwrap().starts_with("--namespace")));
+            assert!(!c["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["name"] == "POD_NAMESPACE"));
             assert!(pod["volumes"][0]["hostPath"].is_object());
             assert!(pod["terminationGracePeriodSeconds"].as_i64().unwrap() >= 300);
             assert_restricted(
@@ -803,7 +816,13 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
             "docs/install.md's CassandraDatacenter {k} differs from the chart's NOTES.txt snippet"
         );
     }
-    assert!(install_md.contains("shareProcessNamespace"));
+    // Textually too: the docs show what NOTES.txt prints, line for line.
+    let (_, text) = sidecar_snippet_dry(&cluster, "cass-text", &[]);
+    let body: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    assert!(
+        install_md.contains(&body),
+        "docs/install.md does not show the NOTES.txt snippet verbatim:\n{body}"
+    );
     cluster.dry_run(
         "cass",
         &serde_json::to_string(doc_dc).unwrap(),
@@ -884,7 +903,7 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
         "cass-nopid",
         &["--set", "sidecar.shareProcessNamespace=false"],
     );
-    assert!(spec["podTemplateSpec"]["spec"]["shareProcessNamespace"].is_null());
+    assert!(spec.0["podTemplateSpec"]["spec"]["shareProcessNamespace"].is_null());
 
     // 3. Every example and every YAML block of docs/: applied (server dry run), values
     //    blocks rendered with the chart first.

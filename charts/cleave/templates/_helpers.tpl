@@ -129,10 +129,13 @@ restart every storage node's sidecar.
       valueFrom:
         fieldRef:
           fieldPath: metadata.name
+    {{- /* Also what `cleave run --namespace` defaults to: absent when cluster-wide. */}}
+    {{- if not $v.rbac.clusterWide }}
     - name: POD_NAMESPACE
       valueFrom:
         fieldRef:
           fieldPath: metadata.namespace
+    {{- end }}
   ports:
     - name: cleave-metrics
       containerPort: {{ $v.config.metricsPort }}
