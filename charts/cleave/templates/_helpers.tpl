@@ -1,0 +1,242 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "cleave.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-qualified name; the release name alone when it already contains the chart name. */}}
+{{- define "cleave.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "cleave.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "cleave.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{ include "cleave.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+The label every pod that runs cleave carries, in both shapes: the DaemonSet's pods, and the
+Cassandra pods once the sidecar snippet is in their template. Services, monitors and the
+NetworkPolicy select on it and on nothing Cassandra-specific.
+*/}}
+{{- define "cleave.selectorLabels" -}}
+cleave.dev/instance: {{ include "cleave.fullname" . }}
+{{- end }}
+
+{{- define "cleave.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "cleave.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create=false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "cleave.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Where the stream credentials Secret is mounted. */}}
+{{- define "cleave.streamSecretDir" -}}/etc/cleave/stream{{- end }}
+
+{{- define "cleave.streamStaging" -}}
+{{- $mount := ternary .Values.daemonset.dataMountPath .Values.sidecar.dataMountPath .Values.daemonset.enabled }}
+{{- default (printf "%s/cleave-stream-staging" $mount) .Values.stream.staging }}
+{{- end }}
+
+{{/*
+The cleave container, the same in the DaemonSet and in the sidecar snippet of NOTES.txt.
+Its security context meets the `restricted` PodSecurity profile: cleave needs no capability
+(FICLONERANGE, copy_file_range, posix_fadvise and FIEMAP work on files the user owns) and
+writes only to the data volume and /tmp.
+No readiness probe: in the sidecar shape a failing one would take the Cassandra pod out of
+its Services (CQL clients, seeds). Liveness and startup probes use /healthz, which answers
+as soon as the process serves, never depending on the apiserver: a slow apiserver must not
+restart every storage node's sidecar.
+*/}}
+{{- define "cleave.container" -}}
+{{- $root := .root }}
+{{- $v := $root.Values }}
+{{- $daemon := $v.daemonset.enabled }}
+{{- $mount := ternary $v.daemonset.dataMountPath $v.sidecar.dataMountPath $daemon }}
+{{- $volume := ternary "cassandra-data" $v.sidecar.dataVolume $daemon }}
+{{- $uid := ternary $v.daemonset.runAsUser $v.sidecar.runAsUser $daemon }}
+{{- $gid := ternary $v.daemonset.runAsGroup $v.sidecar.runAsGroup $daemon }}
+{{- $nodeField := ternary $v.daemonset.nodeNameFieldPath $v.sidecar.nodeNameFieldPath $daemon -}}
+- name: cleave
+  image: {{ include "cleave.image" $root }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  args:
+    - run
+    - --node=$(NODE_NAME)
+    {{- if not $v.rbac.clusterWide }}
+    - --namespace=$(POD_NAMESPACE)
+    {{- end }}
+    - --data-dir={{ $v.config.dataDir }}
+    - --metrics-addr=0.0.0.0:{{ $v.config.metricsPort }}
+    - --log-format={{ $v.config.logFormat }}
+    - --log-filter={{ $v.config.logFilter }}
+    - --max-concurrent-jobs={{ $v.config.maxConcurrentJobs }}
+    - --min-free-percent={{ $v.config.minFreePercent }}
+    {{- if $v.stream.enabled }}
+    - --stream-addr=0.0.0.0:{{ $v.stream.port }}
+    - --stream-staging={{ include "cleave.streamStaging" $root }}
+    - --stream-max-transfers={{ $v.stream.maxTransfers }}
+    {{- if $v.stream.secretName }}
+    {{- if $v.stream.token }}
+    - --stream-token-file={{ include "cleave.streamSecretDir" $root }}/token
+    {{- end }}
+    {{- if $v.stream.tls }}
+    - --stream-tls-cert={{ include "cleave.streamSecretDir" $root }}/tls.crt
+    - --stream-tls-key={{ include "cleave.streamSecretDir" $root }}/tls.key
+    - --stream-tls-client-ca={{ include "cleave.streamSecretDir" $root }}/ca.crt
+    {{- end }}
+    {{- end }}
+    {{- if $v.stream.insecurePlaintext }}
+    - --insecure-plaintext
+    {{- end }}
+    {{- if $v.stream.importCommand }}
+    - --stream-import-command={{ $v.stream.importCommand }}
+    {{- end }}
+    {{- if $v.stream.allowTables }}
+    - --stream-allow-tables={{ join "," $v.stream.allowTables }}
+    {{- end }}
+    {{- end }}
+    {{- range $v.config.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    - name: NODE_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: {{ $nodeField }}
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    {{- /* Also what `cleave run --namespace` defaults to: absent when cluster-wide. */}}
+    {{- if not $v.rbac.clusterWide }}
+    - name: POD_NAMESPACE
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+    {{- end }}
+  ports:
+    - name: cleave-metrics
+      containerPort: {{ $v.config.metricsPort }}
+      protocol: TCP
+    {{- if $v.stream.enabled }}
+    - name: cleave-stream
+      containerPort: {{ $v.stream.port }}
+      protocol: TCP
+    {{- end }}
+  startupProbe:
+    httpGet:
+      path: /healthz
+      port: cleave-metrics
+    periodSeconds: 2
+    failureThreshold: 30
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: cleave-metrics
+    periodSeconds: 10
+    timeoutSeconds: 5
+    failureThreshold: 6
+  {{- if and $daemon (eq .shape "daemonset") }}
+  # The DaemonSet's pods are cleave alone: readiness on /readyz (both CRDs listed) paces a
+  # rolling update. The sidecar has none (see above).
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: cleave-metrics
+    periodSeconds: 10
+    failureThreshold: 3
+  {{- end }}
+  resources:
+    {{- toYaml $v.resources | nindent 4 }}
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: {{ $uid }}
+    runAsGroup: {{ $gid }}
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities:
+      drop: ["ALL"]
+    seccompProfile:
+      type: RuntimeDefault
+  volumeMounts:
+    - name: {{ $volume }}
+      mountPath: {{ $mount }}
+    - name: cleave-tmp
+      mountPath: /tmp
+    {{- if and $v.stream.enabled $v.stream.secretName }}
+    - name: cleave-stream-credentials
+      mountPath: {{ include "cleave.streamSecretDir" $root }}
+      readOnly: true
+    {{- end }}
+{{- end }}
+
+{{/* The volumes the container needs besides the data volume. */}}
+{{- define "cleave.volumes" -}}
+- name: cleave-tmp
+  emptyDir:
+    sizeLimit: 256Mi
+{{- if and .Values.stream.enabled .Values.stream.secretName }}
+- name: cleave-stream-credentials
+  secret:
+    secretName: {{ .Values.stream.secretName }}
+    defaultMode: 0444
+{{- end }}
+{{- end }}
+
+{{/* Fails rendering for combinations that would install something broken. */}}
+{{- define "cleave.validate" -}}
+{{- if and .Values.stream.enabled (not .Values.stream.secretName) (not .Values.stream.insecurePlaintext) }}
+{{- fail "stream.enabled needs stream.secretName (a token and/or TLS files), or stream.insecurePlaintext=true on a trusted network" }}
+{{- end }}
+{{- if and .Values.networkPolicy.enabled (not .Values.daemonset.enabled) (not .Values.networkPolicy.cassandraPodsHavePolicy) }}
+{{- fail "networkPolicy.enabled in the sidecar shape selects the Cassandra pods and would isolate them: allow their ports in your own NetworkPolicy first, then set networkPolicy.cassandraPodsHavePolicy=true (docs/install.md)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The sidecar for a cass-operator CassandraDatacenter: merge under its `spec`. cass-operator
+builds the `cassandra` container and the `server-data` volume (the PVC mounted at
+/var/lib/cassandra) itself and appends our container after it; cleave mounts the same volume
+at the same path, so paths in job status are the ones Cassandra uses.
+shareProcessNamespace: cleave must see Cassandra's process to refuse a Replace next to a live
+Cassandra; as the same UID it can read that process's open files without any capability.
+*/}}
+{{- define "cleave.sidecarSnippet" -}}
+spec:
+  serviceAccount: {{ include "cleave.serviceAccountName" . }}
+  podTemplateSpec:
+    metadata:
+      labels:
+        {{- include "cleave.selectorLabels" . | nindent 8 }}
+    spec:
+      {{- if .Values.sidecar.shareProcessNamespace }}
+      shareProcessNamespace: true
+      {{- end }}
+      terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
+      containers:
+        {{- include "cleave.container" (dict "root" . "shape" "sidecar") | nindent 8 }}
+      volumes:
+        {{- include "cleave.volumes" . | nindent 8 }}
+{{- end }}

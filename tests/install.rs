@@ -1,0 +1,1424 @@
+//! The install path as an admin follows it: the Helm chart (lint, schema, every value set
+//! rendered and accepted by a REAL kube-apiserver with `kubectl apply --dry-run=server`), its
+//! RBAC proven enough (a job completes under the chart's ServiceAccount token) and no more
+//! (`kubectl auth can-i`), the sidecar snippet merged into a cass-operator-shaped pod, the
+//! CRD copy in the chart, and every manifest in `examples/` and YAML block in `docs/`.
+//!
+//! One control plane for the whole binary (`scripts/k8s-testenv.sh`), in one test; the
+//! checks that need no apiserver are separate tests. There is no kubelet: pods never run,
+//! so a server dry run (admission, defaulting, validation) is the check for pod specs.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn chart() -> PathBuf {
+    repo().join("charts/cleave")
+}
+
+fn cache_bin() -> PathBuf {
+    let base = std::env::var_os("CLEAVE_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/cleave")
+        });
+    base.join("k8s-1.20.2/bin")
+}
+
+/// The cached helm/kubectl/apiserver, or a printed reason to skip (CI always has them:
+/// scripts/test.sh installs them).
+fn tools_or_skip(test: &str) -> bool {
+    let ok = ["helm", "kubectl", "kube-apiserver"]
+        .iter()
+        .all(|b| cache_bin().join(b).is_file());
+    if !ok {
+        eprintln!(
+            "SKIP {test}: no helm/kubectl/kube-apiserver in {} (scripts/k8s-testenv.sh install; scripts/test.sh does it)",
+            cache_bin().display()
+        );
+    }
+    ok
+}
+
+fn run(mut cmd: Command, stdin: Option<&str>) -> Output {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let mut input = child.stdin.take().unwrap();
+    let text = stdin.unwrap_or("").to_string();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(text.as_bytes());
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+fn ok(cmd: Command, stdin: Option<&str>) -> String {
+    let what = format!("{cmd:?}");
+    let out = run(cmd, stdin);
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn helm_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(cache_bin().join("helm"));
+    // No user's helm config or cache: the chart is local and needs no repository.
+    let home = std::env::temp_dir().join("cleave-install-test-helm");
+    c.env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .args(args);
+    c
+}
+
+fn helm(args: &[&str]) -> String {
+    ok(helm_cmd(args), None)
+}
+
+fn helm_fails(args: &[&str]) -> String {
+    let out = run(helm_cmd(args), None);
+    assert!(!out.status.success(), "helm {args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `helm template` of the chart as release `cleave` in `ns` with these extra arguments.
+fn template(ns: &str, extra: &[&str]) -> String {
+    let chart = chart();
+    let mut args = vec!["template", "cleave", chart.to_str().unwrap(), "-n", ns];
+    args.extend_from_slice(extra);
+    helm(&args)
+}
+
+/// YAML documents as JSON values, through PyYAML (an independent parser, and no YAML crate
+/// for the tests to share with the product).
+fn yaml_docs(text: &str) -> Vec<Value> {
+    let mut c = Command::new("python3");
+    c.args([
+        "-c",
+        "import sys, json, yaml; json.dump([d for d in yaml.safe_load_all(sys.stdin) if d is not None], sys.stdout, default=str)",
+    ]);
+    serde_json::from_str(&ok(c, Some(text))).unwrap()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn ci_values(name: &str) -> String {
+    chart().join("ci").join(name).to_str().unwrap().to_string()
+}
+
+/// The fenced ```yaml blocks of a markdown file, with the line each starts on.
+fn yaml_blocks(md: &Path) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(md).unwrap();
+    let mut out = Vec::new();
+    let mut cur: Option<(usize, String)> = None;
+    for (n, line) in text.lines().enumerate() {
+        match &mut cur {
+            None if line.trim_start() == "```yaml" => cur = Some((n + 1, String::new())),
+            Some(_) if line.trim_start() == "```" => out.push(cur.take().unwrap()),
+            Some((_, body)) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            None => {}
+        }
+    }
+    assert!(
+        cur.is_none(),
+        "{}: unterminated ```yaml block",
+        md.display()
+    );
+    out
+}
+
+fn docs_md() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(repo().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    v.push(repo().join("README.md"));
+    v.sort();
+    v
+}
+
+// ---------------------------------------------------------------------------------------
+// Without an apiserver
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn chart_crds_are_the_repository_crds() {
+    let chart_crds = chart().join("crds");
+    let names: Vec<String> = std::fs::read_dir(&chart_crds)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["cleave.dev.yaml"],
+        "charts/cleave/crds/ holds one file"
+    );
+    let repo_crds = std::fs::read(repo().join("crds/cleave.dev.yaml")).unwrap();
+    assert!(
+        std::fs::read(chart_crds.join("cleave.dev.yaml")).unwrap() == repo_crds,
+        "charts/cleave/crds/cleave.dev.yaml differs from crds/cleave.dev.yaml: cp crds/cleave.dev.yaml charts/cleave/crds/"
+    );
+    assert_eq!(
+        cleave::operator::crd::crds_yaml().unwrap().as_bytes(),
+        &repo_crds[..],
+        "crds/ is not what `cleave crd` prints"
+    );
+}
+
+#[test]
+fn helm_lint_strict_with_every_value_set() {
+    if !tools_or_skip("helm lint") {
+        return;
+    }
+    let chart = chart();
+    let c = chart.to_str().unwrap();
+    helm(&["lint", "--strict", c]);
+    for v in ["all-features-values.yaml", "sidecar-stream-values.yaml"] {
+        helm(&["lint", "--strict", c, "-f", &ci_values(v)]);
+    }
+}
+
+#[test]
+fn values_schema_rejects_typos_and_bad_values() {
+    if !tools_or_skip("values schema") {
+        return;
+    }
+    for (set, says) in [
+        ("daemonset.enabld=true", "enabld"),
+        ("config.logFormat=xml", "logFormat"),
+        ("stream.port=70000", "port"),
+        ("image.digest=latest", "digest"),
+        ("metrics.serviceMonitor.intervl=1m", "intervl"),
+        ("toplevelTypo=1", "toplevelTypo"),
+    ] {
+        let err = helm_fails(&["template", "t", chart().to_str().unwrap(), "--set", set]);
+        assert!(
+            err.contains("schema") && err.contains(says),
+            "--set {set}: {err}"
+        );
+    }
+    // Combinations that would install something broken fail with the reason.
+    let err = helm_fails(&[
+        "template",
+        "t",
+        chart().to_str().unwrap(),
+        "--set",
+        "stream.enabled=true",
+    ]);
+    assert!(err.contains("stream.secretName"), "{err}");
+    let err = helm_fails(&[
+        "template",
+        "t",
+        chart().to_str().unwrap(),
+        "--set",
+        "networkPolicy.enabled=true",
+    ]);
+    assert!(err.contains("isolate"), "{err}");
+}
+
+/// The rules of the Role, exactly: what cleave needs and nothing else.
+#[test]
+fn rbac_rules_are_exactly_the_least_privilege_set() {
+    if !tools_or_skip("rbac rules") {
+        return;
+    }
+    let rules_of = |docs: &[Value], kind: &str, name: &str| -> Vec<Value> {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))["rules"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let core = vec![
+        json!({"apiGroups": ["cleave.dev"], "resources": ["anticompactionjobs", "rangestreams"], "verbs": ["get", "list", "watch", "patch", "delete"]}),
+        json!({"apiGroups": ["cleave.dev"], "resources": ["anticompactionjobs/status", "rangestreams/status"], "verbs": ["patch"]}),
+        json!({"apiGroups": ["cleave.dev"], "resources": ["anticompactionjobs/finalizers", "rangestreams/finalizers"], "verbs": ["update"]}),
+        json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}),
+    ];
+    let secret = json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["cleave-stream"], "verbs": ["get"]});
+    let d = yaml_docs(&template("cass", &[]));
+    assert_eq!(rules_of(&d, "Role", "cleave"), core);
+    assert!(find(&d, "ClusterRole").is_empty());
+    let d = yaml_docs(&template(
+        "cass",
+        &["-f", &ci_values("sidecar-stream-values.yaml")],
+    ));
+    let mut with_secret = core.clone();
+    with_secret.push(secret.clone());
+    assert_eq!(rules_of(&d, "Role", "cleave"), with_secret);
+    let d = yaml_docs(&template(
+        "cass",
+        &["-f", &ci_values("all-features-values.yaml")],
+    ));
+    assert_eq!(rules_of(&d, "ClusterRole", "cleave"), core);
+    assert_eq!(
+        rules_of(&d, "Role", "cleave-stream-secret"),
+        vec![secret],
+        "cluster-wide: the Secret stays a namespaced grant"
+    );
+    // Without the monitoring API the monitors are not rendered, whatever the values say.
+    let d = yaml_docs(&template(
+        "cass",
+        &["-f", &ci_values("all-features-values.yaml")],
+    ));
+    for k in ["ServiceMonitor", "PodMonitor", "PrometheusRule"] {
+        assert!(find(&d, k).is_empty(), "{k} rendered without the API");
+    }
+}
+
+/// Every condition reason has a runbook entry, and the runbook's PrometheusRule is the
+/// chart's.
+#[test]
+fn runbook_covers_every_reason_and_ships_the_charts_alerts() {
+    let runbook = std::fs::read_to_string(repo().join("docs/runbook.md")).unwrap();
+    for r in cleave::reason::Reason::ALL {
+        assert!(
+            runbook.contains(&format!("### `{}`", r.as_str())),
+            "docs/runbook.md has no `### `{}`` entry",
+            r.as_str()
+        );
+    }
+    let alerts = std::fs::read_to_string(chart().join("files/alerts.yaml")).unwrap();
+    let alerts = &yaml_docs(&alerts)[0];
+    let rules: Vec<Value> = yaml_blocks(&repo().join("docs/runbook.md"))
+        .into_iter()
+        .flat_map(|(_, b)| yaml_docs(&b))
+        .filter(|d| d["kind"] == "PrometheusRule")
+        .collect();
+    assert_eq!(rules.len(), 1, "one PrometheusRule in docs/runbook.md");
+    assert_eq!(
+        &rules[0]["spec"], alerts,
+        "docs/runbook.md's PrometheusRule differs from charts/cleave/files/alerts.yaml"
+    );
+    for rule in alerts["groups"][0]["rules"].as_array().unwrap() {
+        let name = rule["alert"].as_str().unwrap();
+        assert!(
+            runbook.contains(&format!("### {name}")),
+            "docs/runbook.md explains no alert {name}"
+        );
+    }
+}
+
+/// docs/crd-reference.md lists every field of both CRDs with its type and whether it is
+/// required, and no field the schema does not have.
+#[test]
+fn crd_reference_matches_the_schema() {
+    use kube::CustomResourceExt;
+    let doc = std::fs::read_to_string(repo().join("docs/crd-reference.md")).unwrap();
+    for (kind, crd) in [
+        (
+            "AnticompactionJob",
+            cleave::operator::crd::AnticompactionJob::crd(),
+        ),
+        ("RangeStream", cleave::operator::crd::RangeStream::crd()),
+    ] {
+        let v = serde_json::to_value(&crd).unwrap();
+        let schema = &v["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let mut want = BTreeSet::new();
+        for top in ["spec", "status"] {
+            let required = schema["required"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|x| x == top));
+            walk(&schema["properties"][top], top, required, &mut want);
+        }
+        // The doc's rows under "## <Kind>": | `path` | type | required | ...
+        let section = doc
+            .split(&format!("\n## {kind}\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("docs/crd-reference.md has no '## {kind}' section"));
+        let section = section.split("\n## ").next().unwrap();
+        let got: BTreeSet<(String, String, bool)> = section
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                (
+                    cells[1].trim_matches('`').to_string(),
+                    cells[2].to_string(),
+                    cells[3] == "yes",
+                )
+            })
+            .collect();
+        let missing: Vec<_> = want.difference(&got).collect();
+        let extra: Vec<_> = got.difference(&want).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "docs/crd-reference.md {kind}: rows (field, type, required) missing {missing:?}, not in the schema {extra:?}"
+        );
+    }
+}
+
+/// (path, type as the reference writes it, required) for every field under `v`.
+fn walk(v: &Value, path: &str, required: bool, out: &mut BTreeSet<(String, String, bool)>) {
+    let ty = match v["type"].as_str().unwrap_or("object") {
+        "array" => {
+            let item = v["items"]["type"].as_str().unwrap_or("object");
+            format!("[]{item}")
+        }
+        "string" if v["enum"].is_array() => {
+            let e: Vec<&str> = v["enum"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap())
+                .collect();
+            format!("enum: {}", e.join(", "))
+        }
+        t => t.to_string(),
+    };
+    out.insert((path.to_string(), ty, required));
+    let (props, req, prefix) = if v["type"] == "array" {
+        (
+            &v["items"]["properties"],
+            &v["items"]["required"],
+            format!("{path}[]"),
+        )
+    } else {
+        (&v["properties"], &v["required"], path.to_string())
+    };
+    if let Some(props) = props.as_object() {
+        for (k, sub) in props {
+            let r = req
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x == k.as_str()));
+            walk(sub, &format!("{prefix}.{k}"), r, out);
+        }
+    }
+}
+
+/// The Dockerfile packages the binary of the command CI runs.
+#[test]
+fn dockerfile_builds_the_ci_binary() {
+    let df = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
+    let test_sh = std::fs::read_to_string(repo().join("scripts/test.sh")).unwrap();
+    let cmd = "cargo build --release --locked";
+    assert!(df.contains(cmd), "Dockerfile does not run `{cmd}`");
+    assert!(
+        test_sh.contains("cargo build --quiet --release --locked"),
+        "scripts/test.sh does not build the binary the Dockerfile packages"
+    );
+    // ...after the tests, so the prebuilt target copies the `cargo build` link.
+    assert!(
+        test_sh.find("cargo build --quiet --release --locked")
+            > test_sh.find("cargo test --release"),
+        "scripts/test.sh must build the release binary after `cargo test`"
+    );
+    assert!(df.contains("COPY target/release/cleave"));
+    assert!(df.contains("strip --strip-debug"));
+    let values = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
+    let chart_yaml = std::fs::read_to_string(chart().join("Chart.yaml")).unwrap();
+    let cargo = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
+    let version = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("version = "))
+        .unwrap()
+        .trim_matches('"');
+    assert!(
+        chart_yaml.contains(&format!("appVersion: \"{version}\"")),
+        "Chart.yaml appVersion is not the crate version {version}"
+    );
+    assert!(values.contains("repository: ghcr.io/cleave-dev/cleave"));
+}
+
+// ---------------------------------------------------------------------------------------
+// On a real kube-apiserver
+// ---------------------------------------------------------------------------------------
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Command::new(repo().join("scripts/k8s-testenv.sh"));
+        c.arg("start").arg(dir.path());
+        ok(c, None);
+        let kubeconfig = dir.path().join("kubeconfig");
+        Cluster { dir, kubeconfig }
+    }
+
+    fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(cache_bin().join("kubectl"));
+        c.arg("--kubeconfig").arg(kubeconfig).args(args);
+        c
+    }
+
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
+        ok(self.kubectl_as(&self.kubeconfig, args), stdin)
+    }
+
+    /// `kubectl apply --dry-run=server` of a manifest stream; the server's objects as JSON.
+    fn dry_run(&self, ns: &str, yaml: &str, what: &str) -> Vec<Value> {
+        let out = run(
+            self.kubectl_as(
+                &self.kubeconfig,
+                &[
+                    "apply",
+                    "--dry-run=server",
+                    "-n",
+                    ns,
+                    "-o",
+                    "json",
+                    "-f",
+                    "-",
+                ],
+            ),
+            Some(yaml),
+        );
+        assert!(
+            out.status.success(),
+            "the apiserver rejects {what}:\n{}\n--- manifest\n{yaml}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        match v["kind"].as_str() {
+            Some("List") => v["items"].as_array().unwrap().clone(),
+            _ => vec![v],
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("scripts/k8s-testenv.sh"))
+            .arg("stop")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+/// The `restricted` PodSecurity profile's container fields (Pod Security Standards,
+/// v1.25 "restricted"): 1.20 has no PodSecurity admission, so this is the check.
+fn assert_restricted(c: &Value, pod: &Value, what: &str) {
+    let sc = &c["securityContext"];
+    let psc = &pod["securityContext"];
+    let pick = |k: &str| {
+        if sc[k].is_null() {
+            psc[k].clone()
+        } else {
+            sc[k].clone()
+        }
+    };
+    assert_eq!(pick("runAsNonRoot"), true, "{what}: runAsNonRoot");
+    assert!(
+        pick("runAsUser").as_i64().is_some_and(|u| u != 0),
+        "{what}: runAsUser"
+    );
+    assert_eq!(
+        sc["allowPrivilegeEscalation"], false,
+        "{what}: allowPrivilegeEscalation"
+    );
+    assert_eq!(
+        sc["capabilities"]["drop"],
+        json!(["ALL"]),
+        "{what}: drop ALL"
+    );
+    assert!(
+        sc["capabilities"]["add"].is_null(),
+        "{what}: no capability added"
+    );
+    assert!(
+        sc["privileged"].is_null() || sc["privileged"] == false,
+        "{what}: privileged"
+    );
+    let seccomp = pick("seccompProfile");
+    assert!(
+        seccomp["type"] == "RuntimeDefault" || seccomp["type"] == "Localhost",
+        "{what}: seccompProfile {seccomp}"
+    );
+    assert_eq!(
+        sc["readOnlyRootFilesystem"], true,
+        "{what}: readOnlyRootFilesystem"
+    );
+    assert!(
+        c["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|p| p["hostPort"].is_null()),
+        "{what}: hostPort"
+    );
+    assert!(c["readinessProbe"].is_null() || what.contains("DaemonSet"));
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["startupProbe"]["httpGet"]["path"], "/healthz");
+}
+
+/// cass-operator's pod template for a CassandraDatacenter whose `spec` is `dc_spec`: the
+/// `cassandra` container and the `server-data` volume it adds (its `buildContainers`:
+/// `server-data` mounted at /var/lib/cassandra, the PVC of the StatefulSet), then the
+/// podTemplateSpec's containers after it.
+fn cass_operator_pod(dc_spec: &Value, name: &str) -> Value {
+    let tpl = &dc_spec["podTemplateSpec"];
+    let mut spec = tpl["spec"].clone();
+    let mut containers = vec![json!({
+        "name": "cassandra",
+        "image": "cr.k8ssandra.io/k8ssandra/cass-management-api:4.1.5",
+        "ports": [{"name": "native", "containerPort": 9042}, {"name": "mgmt-api-http", "containerPort": 8080}],
+        "volumeMounts": [{"name": "server-data", "mountPath": "/var/lib/cassandra"}],
+    })];
+    containers.extend(spec["containers"].as_array().unwrap().iter().cloned());
+    spec["containers"] = Value::Array(containers);
+    let mut volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
+    volumes.push(json!({"name": "server-data", "persistentVolumeClaim": {"claimName": format!("server-data-{name}")}}));
+    spec["volumes"] = Value::Array(volumes);
+    spec["serviceAccountName"] = dc_spec["serviceAccount"].clone();
+    spec["securityContext"] = json!({"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999});
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": tpl["metadata"]["labels"]},
+        "spec": spec,
+    })
+}
+
+/// `helm install cleave` into `ns` for real (a pod needs its ServiceAccount to exist; the
+/// CRDs are there already, so Helm skips crds/ as on any upgrade); the CassandraDatacenter
+/// `spec` part of the snippet NOTES.txt prints.
+fn sidecar_snippet(cluster: &Cluster, ns: &str, extra: &[&str]) -> Value {
+    notes_snippet(cluster, ns, extra, "--wait=false").0
+}
+
+/// The same from `helm install --dry-run=client` (nothing installed).
+fn sidecar_snippet_dry(cluster: &Cluster, ns: &str, extra: &[&str]) -> (Value, String) {
+    notes_snippet(cluster, ns, extra, "--dry-run=client")
+}
+
+/// The snippet's `spec` parsed, and its text.
+fn notes_snippet(cluster: &Cluster, ns: &str, extra: &[&str], mode: &str) -> (Value, String) {
+    let chart = chart();
+    let mut args = vec![
+        "install",
+        "cleave",
+        chart.to_str().unwrap(),
+        "-n",
+        ns,
+        mode,
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = helm(&args);
+    let notes = out
+        .split("\nNOTES:\n")
+        .nth(1)
+        .expect("NOTES in helm output");
+    let snippet: String = notes
+        .lines()
+        .skip_while(|l| !l.starts_with("spec:"))
+        .take_while(|l| !l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    (yaml_docs(&snippet)[0]["spec"].clone(), snippet)
+}
+
+fn cleave_container(pod: &Value) -> &Value {
+    pod["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "cleave")
+        .expect("a cleave container")
+}
+
+/// The snippet merged into the pod cass-operator builds, server-dry-run as a Pod, and the
+/// cleave container checked against the restricted profile and the sidecar's contract.
+fn sidecar_pod_accepted(cluster: &Cluster, ns: &str, dc_spec: &Value) -> Value {
+    let pod = cass_operator_pod(dc_spec, "cluster1-dc1-default-sts-0");
+    let pod = cluster.dry_run(
+        ns,
+        &serde_json::to_string(&pod).unwrap(),
+        "the sidecar merged into a cass-operator pod",
+    )[0]
+    .clone();
+    let c = cleave_container(&pod);
+    assert_restricted(c, &pod["spec"], "sidecar container");
+    assert_eq!(c["securityContext"]["runAsUser"], 999);
+    assert_eq!(c["securityContext"]["runAsGroup"], 999);
+    assert!(
+        c["readinessProbe"].is_null(),
+        "no readiness probe on a sidecar"
+    );
+    assert!(c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["name"] == "server-data" && m["mountPath"] == "/var/lib/cassandra"));
+    assert!(c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == "NODE_NAME"
+            && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"));
+    // Nothing host-level comes from the snippet.
+    for k in ["hostPID", "hostNetwork", "hostIPC"] {
+        assert!(pod["spec"][k].is_null() || pod["spec"][k] == false, "{k}");
+    }
+    assert!(
+        pod["spec"]["terminationGracePeriodSeconds"]
+            .as_i64()
+            .unwrap()
+            >= 300
+    );
+    pod
+}
+
+/// Flags in the chart's `cleave run` line that CONTRACT.md names but this build's
+/// `cleave run` does not parse yet (the operator and stream issues add them). The e2e run
+/// leaves exactly these out; any other unknown flag fails the test. Empty this list once
+/// they are on main.
+const FLAGS_NOT_YET_IN_CLEAVE_RUN: &[&str] = &[
+    "--log-format",
+    "--log-filter",
+    "--max-concurrent-jobs",
+    "--min-free-percent",
+    "--stream-addr",
+    "--stream-staging",
+    "--stream-token-file",
+    "--stream-tls-cert",
+    "--stream-tls-key",
+    "--stream-tls-client-ca",
+    "--insecure-plaintext",
+    "--stream-max-transfers",
+    "--stream-import-command",
+    "--stream-allow-tables",
+];
+
+#[test]
+fn chart_examples_and_docs_on_a_real_apiserver() {
+    if !tools_or_skip("install e2e") {
+        return;
+    }
+    let t0 = Instant::now();
+    let cluster = Cluster::start();
+    eprintln!("control plane up in {:?}", t0.elapsed());
+    let fixtures = repo().join("tests/fixtures");
+    for f in [
+        chart().join("crds/cleave.dev.yaml"),
+        fixtures.join("monitoring-crds.yaml"),
+        fixtures.join("cassandradatacenter-crd.yaml"),
+    ] {
+        cluster.kubectl(&["apply", "--server-side", "-f", f.to_str().unwrap()], None);
+    }
+    cluster.kubectl(
+        &[
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=60s",
+            "crd/anticompactionjobs.cleave.dev",
+            "crd/rangestreams.cleave.dev",
+            "crd/servicemonitors.monitoring.coreos.com",
+            "crd/podmonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com",
+            "crd/cassandradatacenters.cassandra.datastax.com",
+        ],
+        None,
+    );
+    for ns in ["cass", "docs", "cleave-e2e", "cleave-e2e-stream"] {
+        cluster.kubectl(&["create", "namespace", ns], None);
+    }
+
+    // 1. Every value set, rendered (with the monitoring API present) and server-dry-run.
+    let monitoring = ["--api-versions", "monitoring.coreos.com/v1"];
+    for (name, values) in [
+        ("defaults", None),
+        ("all features", Some("all-features-values.yaml")),
+        ("sidecar + stream", Some("sidecar-stream-values.yaml")),
+    ] {
+        let mut extra: Vec<String> = monitoring.iter().map(|s| s.to_string()).collect();
+        if let Some(v) = values {
+            extra.push("-f".into());
+            extra.push(ci_values(v));
+        }
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let rendered = template("cass", &extra);
+        let objs = cluster.dry_run("cass", &rendered, &format!("the chart ({name})"));
+        let kinds: BTreeSet<&str> = objs.iter().filter_map(|o| o["kind"].as_str()).collect();
+        eprintln!("chart ({name}): {kinds:?}");
+        if name == "all features" {
+            for k in [
+                "DaemonSet",
+                "ServiceMonitor",
+                "PodMonitor",
+                "PrometheusRule",
+                "NetworkPolicy",
+                "ClusterRole",
+            ] {
+                assert!(kinds.contains(k), "all features: no {k}");
+            }
+            let ds = objs.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
+            let pod = &ds["spec"]["template"]["spec"];
+            assert_eq!(pod["hostPID"], true);
+            // Cluster-wide: neither --namespace nor the POD_NAMESPACE it defaults to.
+            let c = &pod["containers"][0];
+            assert!(!c["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a.as_str().unwrap().starts_with("--namespace")));
+            assert!(!c["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["name"] == "POD_NAMESPACE"));
+            assert!(pod["volumes"][0]["hostPath"].is_object());
+            assert!(pod["terminationGracePeriodSeconds"].as_i64().unwrap() >= 300);
+            assert_restricted(
+                &pod["containers"][0],
+                pod,
+                "DaemonSet container (restricted fields; the pod needs privileged for hostPath)",
+            );
+        }
+    }
+
+    // 2. `helm install cleave -n cass` for real (the pod needs its ServiceAccount; the CRDs
+    //    are there already, so Helm skips crds/ as on any upgrade), then the sidecar snippet
+    //    as NOTES.txt prints it, the same as docs/install.md shows it,
+    //    merged into the pod cass-operator builds: accepted as a Pod.
+    let notes_spec = sidecar_snippet(&cluster, "cass", &[]);
+    let install_md = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
+    let doc_dc = yaml_blocks(&repo().join("docs/install.md"))
+        .into_iter()
+        .map(|(_, b)| b)
+        .find(|b| b.contains("kind: CassandraDatacenter"))
+        .expect("docs/install.md shows a CassandraDatacenter");
+    let doc_dc = &yaml_docs(&doc_dc)[0];
+    for k in ["serviceAccount", "podTemplateSpec"] {
+        assert_eq!(
+            &doc_dc["spec"][k], &notes_spec[k],
+            "docs/install.md's CassandraDatacenter {k} differs from the chart's NOTES.txt snippet"
+        );
+    }
+    // Textually too: the docs show what NOTES.txt prints, line for line.
+    let (_, text) = sidecar_snippet_dry(&cluster, "cass-text", &[]);
+    let body: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    assert!(
+        install_md.contains(&body),
+        "docs/install.md does not show the NOTES.txt snippet verbatim:\n{body}"
+    );
+    cluster.dry_run(
+        "cass",
+        &serde_json::to_string(doc_dc).unwrap(),
+        "the CassandraDatacenter of docs/install.md",
+    );
+    let pod = sidecar_pod_accepted(&cluster, "cass", &doc_dc["spec"]);
+    assert_eq!(pod["spec"]["shareProcessNamespace"], true);
+    // `helm upgrade` of that release works against the real apiserver (CRDs untouched, as
+    // Helm does with crds/), and a value change reaches the cluster.
+    helm(&[
+        "upgrade",
+        "cleave",
+        chart().to_str().unwrap(),
+        "-n",
+        "cass",
+        "--reuse-values",
+        "--set",
+        "metrics.service.enabled=false",
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+    ]);
+    let svc = run(
+        cluster.kubectl_as(
+            &cluster.kubeconfig,
+            &["get", "service", "cleave-metrics", "-n", "cass"],
+        ),
+        None,
+    );
+    assert!(
+        !svc.status.success(),
+        "helm upgrade removed the metrics Service"
+    );
+    // With the receiver on: its port, and the credentials Secret mounted read-only.
+    cluster.kubectl(&["create", "namespace", "cass-stream"], None);
+    let spec = sidecar_snippet(
+        &cluster,
+        "cass-stream",
+        &["-f", &ci_values("sidecar-stream-values.yaml")],
+    );
+    let pod = sidecar_pod_accepted(&cluster, "cass-stream", &spec);
+    let c = cleave_container(&pod);
+    assert!(c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "cleave-stream" && p["containerPort"] == 7070));
+    assert!(c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["name"] == "cleave-stream-credentials" && m["readOnly"] == true));
+    assert!(pod["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v["secret"]["secretName"] == "cleave-stream"));
+    // The DaemonSet shape's NOTES render and say what the namespace needs.
+    let out = helm(&[
+        "install",
+        "cleave",
+        chart().to_str().unwrap(),
+        "-n",
+        "cleave-system",
+        "--dry-run=client",
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+        "-f",
+        &ci_values("all-features-values.yaml"),
+    ]);
+    let notes = out.split("\nNOTES:\n").nth(1).expect("NOTES");
+    assert!(
+        notes.contains("pod-security.kubernetes.io/enforce=privileged"),
+        "{notes}"
+    );
+    // Without Replace wanted: no shared PID namespace.
+    let spec = sidecar_snippet_dry(
+        &cluster,
+        "cass-nopid",
+        &["--set", "sidecar.shareProcessNamespace=false"],
+    );
+    assert!(spec.0["podTemplateSpec"]["spec"]["shareProcessNamespace"].is_null());
+
+    // 3. Every example and every YAML block of docs/: applied (server dry run), values
+    //    blocks rendered with the chart first.
+    let mut examples: Vec<PathBuf> = std::fs::read_dir(repo().join("examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    examples.sort();
+    assert!(examples.len() >= 5, "{examples:?}");
+    for e in &examples {
+        let text = std::fs::read_to_string(e).unwrap();
+        let objs = cluster.dry_run("docs", &text, &e.display().to_string());
+        for o in &objs {
+            let node = o["spec"]["nodeName"]
+                .as_str()
+                .or(o["spec"]["sourceNode"].as_str());
+            assert_eq!(
+                o["metadata"]["labels"]["cleave.dev/node"].as_str(),
+                node,
+                "{}: label cleave.dev/node = the executing node",
+                e.display()
+            );
+        }
+    }
+    let mut blocks = 0;
+    for md in docs_md() {
+        for (line, block) in yaml_blocks(&md) {
+            let what = format!("{}:{line}", md.display());
+            blocks += 1;
+            if block.starts_with("# values") {
+                let f = cluster.dir.path().join(format!("values-{blocks}.yaml"));
+                std::fs::write(&f, &block).unwrap();
+                let rendered = template("docs", &["-f", f.to_str().unwrap()]);
+                cluster.dry_run("docs", &rendered, &format!("the chart with values {what}"));
+            } else {
+                let docs = yaml_docs(&block);
+                assert!(
+                    !docs.is_empty() && docs.iter().all(|d| d["kind"].is_string()),
+                    "{what}: a ```yaml block is a manifest or starts with '# values' (helm values)"
+                );
+                let ns = docs[0]["metadata"]["namespace"].as_str().unwrap_or("docs");
+                cluster.dry_run(ns, &block, &what);
+                // A status example: the main resource drops status on create, so the
+                // object is created and its status applied to the status subresource.
+                if docs.len() == 1 && docs[0]["status"].is_object() {
+                    cluster.kubectl(
+                        &["apply", "--server-side", "-n", ns, "-f", "-"],
+                        Some(&block),
+                    );
+                    let out = run(
+                        cluster.kubectl_as(
+                            &cluster.kubeconfig,
+                            &[
+                                "apply",
+                                "--server-side",
+                                "--subresource=status",
+                                "--dry-run=server",
+                                "-n",
+                                ns,
+                                "-f",
+                                "-",
+                            ],
+                        ),
+                        Some(&block),
+                    );
+                    assert!(
+                        out.status.success(),
+                        "the apiserver rejects the status of {what}: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{} examples and {blocks} docs YAML blocks accepted",
+        examples.len()
+    );
+
+    // 4. RBAC enough: the chart installed for real (defaults), `cleave run` with its
+    //    ServiceAccount's token completes a job; and no more: `kubectl auth can-i`.
+    rbac_end_to_end(&cluster);
+    eprintln!("install e2e done in {:?}", t0.elapsed());
+}
+
+fn rbac_end_to_end(cluster: &Cluster) {
+    let ns = "cleave-e2e";
+    let rendered = template(ns, &[]);
+    cluster.kubectl(&["apply", "-n", ns, "-f", "-"], Some(&rendered));
+    let stream_ns = "cleave-e2e-stream";
+    let rendered = template(stream_ns, &["-f", &ci_values("sidecar-stream-values.yaml")]);
+    cluster.kubectl(&["apply", "-n", stream_ns, "-f", "-"], Some(&rendered));
+
+    let token = |ns: &str| -> String {
+        // 1.20's token controller writes a legacy token Secret for each ServiceAccount.
+        let t = Instant::now();
+        let secret = loop {
+            let out = cluster.kubectl(
+                &[
+                    "get",
+                    "sa",
+                    "cleave",
+                    "-n",
+                    ns,
+                    "-o",
+                    "jsonpath={.secrets[0].name}",
+                ],
+                None,
+            );
+            if !out.is_empty() {
+                break out;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "no token for sa/cleave"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        };
+        let b64 = cluster.kubectl(
+            &[
+                "get",
+                "secret",
+                &secret,
+                "-n",
+                ns,
+                "-o",
+                "jsonpath={.data.token}",
+            ],
+            None,
+        );
+        let mut c = Command::new("base64");
+        c.arg("-d");
+        ok(c, Some(&b64))
+    };
+    let admin: Value =
+        serde_json::from_str(&cluster.kubectl(&["config", "view", "--raw", "-o", "json"], None))
+            .unwrap();
+    let sa_kubeconfig = |ns: &str| -> PathBuf {
+        let kc = json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "c", "cluster": admin["clusters"][0]["cluster"]}],
+            "users": [{"name": "sa", "user": {"token": token(ns)}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": ns}}],
+            "current-context": "sa",
+        });
+        let p = cluster.dir.path().join(format!("sa-{ns}.kubeconfig"));
+        std::fs::write(&p, serde_json::to_string(&kc).unwrap()).unwrap();
+        p
+    };
+    let sa = sa_kubeconfig(ns);
+    let sa_stream = sa_kubeconfig(stream_ns);
+    let can_i = |kc: &Path, args: &[&str]| -> bool {
+        let mut a = vec!["auth", "can-i"];
+        a.extend_from_slice(args);
+        let out = run(cluster.kubectl_as(kc, &a), None);
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(said == "yes" || said == "no", "can-i {args:?}: {said}");
+        said == "yes"
+    };
+    for (args, want) in [
+        (&["list", "anticompactionjobs.cleave.dev"][..], true),
+        (&["watch", "rangestreams.cleave.dev"], true),
+        (
+            &[
+                "patch",
+                "anticompactionjobs.cleave.dev",
+                "--subresource=status",
+            ],
+            true,
+        ),
+        (
+            &[
+                "update",
+                "anticompactionjobs.cleave.dev",
+                "--subresource=status",
+            ],
+            false,
+        ),
+        (&["delete", "anticompactionjobs.cleave.dev"], true),
+        (
+            &[
+                "update",
+                "rangestreams.cleave.dev",
+                "--subresource=finalizers",
+            ],
+            true,
+        ),
+        (&["create", "events.events.k8s.io"], true),
+        // Creating jobs is for repair automation and admins, not for the sidecar.
+        (&["create", "anticompactionjobs.cleave.dev"], false),
+        (&["update", "anticompactionjobs.cleave.dev"], false),
+        (
+            &["list", "anticompactionjobs.cleave.dev", "-n", "default"],
+            false,
+        ),
+        (&["get", "secrets"], false),
+        (&["list", "secrets"], false),
+        (&["get", "secrets/cleave-stream"], false),
+        (&["get", "pods"], false),
+        (&["list", "pods"], false),
+        (&["create", "pods", "--subresource=exec"], false),
+        (&["delete", "pods"], false),
+        (&["get", "deployments.apps"], false),
+        (&["patch", "deployments.apps"], false),
+        (&["get", "statefulsets.apps"], false),
+        (&["patch", "statefulsets.apps"], false),
+        (&["get", "configmaps"], false),
+        (&["create", "events"], false),
+        (&["list", "nodes"], false),
+        (
+            &["create", "customresourcedefinitions.apiextensions.k8s.io"],
+            false,
+        ),
+    ] {
+        assert_eq!(can_i(&sa, args), want, "default chart: can-i {args:?}");
+    }
+    // With the stream on: exactly the stream Secret, by name.
+    assert!(can_i(&sa_stream, &["get", "secrets/cleave-stream"]));
+    assert!(!can_i(&sa_stream, &["get", "secrets/other"]));
+    assert!(!can_i(&sa_stream, &["list", "secrets"]));
+    assert!(!can_i(&sa_stream, &["watch", "secrets"]));
+
+    // Cluster-wide (every optional feature on): every namespace's jobs, but still only the
+    // release namespace's stream Secret.
+    let cw_ns = "cleave-e2e-cw";
+    cluster.kubectl(&["create", "namespace", cw_ns], None);
+    let rendered = template(cw_ns, &["-f", &ci_values("all-features-values.yaml")]);
+    cluster.kubectl(&["apply", "-n", cw_ns, "-f", "-"], Some(&rendered));
+    let sa_cw = sa_kubeconfig(cw_ns);
+    for (args, want) in [
+        (&["list", "anticompactionjobs.cleave.dev", "-A"][..], true),
+        (&["watch", "rangestreams.cleave.dev", "-n", "default"], true),
+        (&["create", "events.events.k8s.io", "-n", "default"], true),
+        (&["get", "secrets/cleave-stream"], true),
+        (&["get", "secrets/cleave-stream", "-n", "default"], false),
+        (&["list", "secrets", "-A"], false),
+        (&["get", "pods", "-A"], false),
+        (&["patch", "statefulsets.apps", "-A"], false),
+        (&["create", "anticompactionjobs.cleave.dev", "-A"], false),
+    ] {
+        assert_eq!(
+            can_i(&sa_cw, args),
+            want,
+            "cluster-wide chart: can-i {args:?}"
+        );
+    }
+
+    // The chart's own `cleave run` line, as the DaemonSet renders it, run as a process with
+    // the ServiceAccount token; flags this build lacks are left out (see the list).
+    let ds_docs = yaml_docs(&template(ns, &["--set", "daemonset.enabled=true"]));
+    let ds = find(&ds_docs, "DaemonSet")[0];
+    let args: Vec<String> = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let help = {
+        let mut c = Command::new(cleave_bin());
+        c.args(["run", "--help"]);
+        ok(c, None)
+    };
+    let data = tempfile::tempdir().unwrap();
+    let table = data
+        .path()
+        .join("data/ks/t-0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(&table).unwrap();
+    for g in ["1", "2"] {
+        cleave_json(&[
+            "gen".as_ref(),
+            "--out".as_ref(),
+            table.as_os_str(),
+            "--size".as_ref(),
+            "4MiB".as_ref(),
+            "--generation".as_ref(),
+            g.as_ref(),
+            "--json".as_ref(),
+        ]);
+    }
+    let _ = std::fs::remove_file(table.join("schema.cql"));
+    let port = free_port();
+    let mut run_args: Vec<String> = Vec::new();
+    for a in &args {
+        let flag = a.split('=').next().unwrap();
+        if a == "run" {
+            run_args.push(a.clone());
+            continue;
+        }
+        if !help.contains(&format!("{flag} ")) && !help.contains(&format!("{flag}=")) {
+            assert!(
+                FLAGS_NOT_YET_IN_CLEAVE_RUN.contains(&flag),
+                "the chart passes {flag}, which `cleave run` does not know and CONTRACT.md does not name"
+            );
+            continue;
+        }
+        // Kubernetes expands $(VAR) from the container's env; the process gets the values.
+        let a = a
+            .replace("$(NODE_NAME)", "n1")
+            .replace("$(POD_NAMESPACE)", ns);
+        let a = match flag {
+            "--data-dir" => format!("--data-dir={}", data.path().join("data").display()),
+            "--metrics-addr" => format!("--metrics-addr=127.0.0.1:{port}"),
+            _ => a,
+        };
+        run_args.push(a);
+    }
+    assert!(run_args.iter().any(|a| a == "--node=n1"), "{run_args:?}");
+    assert!(
+        run_args.iter().any(|a| a == &format!("--namespace={ns}")),
+        "{run_args:?}"
+    );
+    eprintln!("cleave {run_args:?} (as system:serviceaccount:{ns}:cleave)");
+    let log = cluster.dir.path().join("cleave-run.log");
+    let mut cmd = Command::new(cleave_bin());
+    cmd.args(&run_args)
+        .arg("--kubeconfig")
+        .arg(&sa)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let _sidecar = KillOnDrop(cmd.spawn().unwrap());
+    let t = Instant::now();
+    while http_get(port, "/readyz").is_none_or(|r| !r.starts_with("HTTP/1.1 200")) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "cleave run with the chart's ServiceAccount never became ready:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let job = format!(
+        "apiVersion: cleave.dev/v1alpha1\nkind: AnticompactionJob\nmetadata:\n  name: rbac-job\n  namespace: {ns}\n  labels: {{cleave.dev/node: n1}}\nspec:\n  nodeName: n1\n  keyspace: ks\n  ranges:\n    - {{start: \"-9223372036854775808\", end: \"0\"}}\n  repairedAt: 1700000000000\n  ttlSecondsAfterFinished: 3\n"
+    );
+    let stream = format!(
+        "apiVersion: cleave.dev/v1alpha1\nkind: RangeStream\nmetadata:\n  name: rbac-stream\n  namespace: {ns}\n  labels: {{cleave.dev/node: n1}}\nspec:\n  sourceNode: n1\n  destination: {{nodeName: n2, endpoint: \"127.0.0.1:7070\"}}\n  keyspace: ks\n  ranges:\n    - {{start: \"0\", end: \"100\"}}\n"
+    );
+    cluster.kubectl(&["apply", "-f", "-"], Some(&format!("{job}---\n{stream}")));
+    let get = |kind: &str, name: &str| -> Option<Value> {
+        let out = run(
+            cluster.kubectl_as(
+                &cluster.kubeconfig,
+                &["get", kind, name, "-n", ns, "-o", "json"],
+            ),
+            None,
+        );
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).unwrap())
+    };
+    let t = Instant::now();
+    let done = loop {
+        let j = get("anticompactionjob", "rbac-job");
+        if let Some(j) = j.filter(|j| j["status"]["phase"] == "Complete") {
+            break j;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "the job did not complete under the chart's RBAC: {:?}\n{}",
+            get("anticompactionjob", "rbac-job").map(|j| j["status"].clone()),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(done["status"]["progress"]["sstablesDone"], 2, "{done}");
+    assert!(
+        done["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == "cleave.dev/cleanup")),
+        "the finalizer was patched in: {done}"
+    );
+    // Events were created under the Role (events.k8s.io create).
+    let events: Value = serde_json::from_str(&cluster.kubectl(
+        &["get", "events.events.k8s.io", "-n", ns, "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    assert!(
+        events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["regarding"]["name"] == "rbac-job" && e["reason"] == "Completed"),
+        "{events}"
+    );
+    // The RangeStream's status was patched (Accepted) under the Role.
+    let t = Instant::now();
+    while get("rangestream", "rbac-stream").is_none_or(|s| s["status"]["phase"].is_null()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no RangeStream status"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // ttlSecondsAfterFinished: the sidecar deletes the finished job (delete, then the
+    // finalizer's removal by patch).
+    let t = Instant::now();
+    while get("anticompactionjob", "rbac-job").is_some() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the finished job was not deleted after its TTL:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !log_text.contains("403") && !log_text.to_lowercase().contains("forbidden"),
+        "cleave run hit a permission error under the chart's RBAC:\n{log_text}"
+    );
+}
+
+/// The two examples that run next to a live Cassandra, run for real by the local
+/// reconciler (`cleave run --local`, the same reconciler as on a cluster): the dry run plans
+/// and changes nothing on disk, the staged job completes with children in
+/// `<table>/cleave-staged/<job>/` that the independent checker accepts.
+#[test]
+fn live_path_examples_run_in_local_mode() {
+    let node = "cluster1-dc1-default-sts-0";
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let table = data.join("ks/events-0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(&table).unwrap();
+    for g in ["1", "2"] {
+        cleave_json(&[
+            "gen".as_ref(),
+            "--out".as_ref(),
+            table.as_os_str(),
+            "--size".as_ref(),
+            "4MiB".as_ref(),
+            "--generation".as_ref(),
+            g.as_ref(),
+            "--json".as_ref(),
+        ]);
+    }
+    let _ = std::fs::remove_file(table.join("schema.cql"));
+    let manifests = tmp.path().join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let run_once = |example: &str| -> String {
+        std::fs::copy(
+            repo().join("examples").join(example),
+            manifests.join(example),
+        )
+        .unwrap();
+        let mut c = Command::new(cleave_bin());
+        c.args(["run", "--local"])
+            .arg(&manifests)
+            .args(["--node", node, "--once", "--metrics-addr", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(&data);
+        ok(c, None);
+        let name = yaml_docs(&std::fs::read_to_string(manifests.join(example)).unwrap())[0]
+            ["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        std::fs::read_to_string(manifests.join(format!("{name}.status.yaml"))).unwrap()
+    };
+    let before = snapshot(&data);
+    let plan = &yaml_docs(&run_once("anticompaction-dry-run.yaml"))[0];
+    assert_eq!(plan["phase"], "Planned", "{plan}");
+    assert!(
+        snapshot(&data) == before,
+        "the dry run changed the data directory"
+    );
+    let staged = &yaml_docs(&run_once("anticompaction-stage.yaml"))[0];
+    assert_eq!(staged["phase"], "Complete", "{staged}");
+    let children: Vec<PathBuf> = staged["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["children"].as_array().unwrap().iter())
+        .map(|c| PathBuf::from(c.as_str().unwrap()))
+        .collect();
+    assert!(!children.is_empty());
+    for c in &children {
+        assert!(
+            c.starts_with(table.join("cleave-staged/events-repair-stage")),
+            "{}",
+            c.display()
+        );
+    }
+    if let Some(shared) = corpus_or_skip("sstcheck of the staged example's children") {
+        sstcheck_all(&shared, &children);
+    }
+}
+
+/// Every metric an alert of the chart's PrometheusRule uses is one cleave exports.
+#[test]
+fn alerts_use_only_metrics_cleave_exports() {
+    let alerts = std::fs::read_to_string(chart().join("files/alerts.yaml")).unwrap();
+    let mut src = String::new();
+    let mut stack = vec![repo().join("src")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                src.push_str(&std::fs::read_to_string(p).unwrap());
+            }
+        }
+    }
+    let mut names = BTreeSet::new();
+    for (i, _) in alerts.match_indices("cleave_") {
+        let name: String = alerts[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        names.insert(name);
+    }
+    assert!(names.len() >= 4, "{names:?}");
+    for n in &names {
+        assert!(
+            src.contains(&format!("\"{n}\"")),
+            "alerts.yaml uses {n}, which no source file registers"
+        );
+    }
+}
