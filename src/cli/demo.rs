@@ -180,7 +180,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         let p = &status.progress;
         let status_file = manifests.join("demo-repair.status.yaml");
         let summary = Summary {
-            phase: status.phase.as_deref().unwrap_or("?"),
+            phase: status.phase.map_or("?", |p| p.as_str()),
             seconds: job_time.as_secs_f64(),
             parents: parents.len(),
             parent_bytes,
