@@ -4,6 +4,7 @@
 //! the binary. Syscalls live in `io`.
 
 pub mod gen;
+pub mod http;
 pub mod io;
 pub mod operator;
 pub mod reason;

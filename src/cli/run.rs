@@ -62,7 +62,12 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             "cleave: serving /metrics /healthz /readyz on {}",
             listener.local_addr()?
         );
-        tokio::spawn(metrics::serve(listener, metrics.clone()));
+        let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
+        let server = cleave::http::Server::new(listener, metrics::router(metrics.clone()));
+        let http = tokio::spawn(server.serve(async move {
+            let mut rx = http_stopped;
+            let _ = rx.wait_for(|v| *v).await;
+        }));
         let shutdown = Arc::new(AtomicBool::new(false));
         match &a.local {
             Some(dir) => {
@@ -113,6 +118,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 controller::run(client, a.namespace.clone(), ctx, a.concurrency.max(1)).await?;
             }
         }
+        let _ = stop_http.send(true);
+        let _ = http.await;
         Ok(ExitCode::SUCCESS)
     })
 }

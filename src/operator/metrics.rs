@@ -1,4 +1,4 @@
-//! Prometheus metrics and the HTTP endpoints `/metrics`, `/healthz`, `/readyz`.
+//! Prometheus metrics and the routes `/metrics`, `/healthz`, `/readyz` (served by `crate::http`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -7,7 +7,6 @@ use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
     TextEncoder,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub struct Metrics {
     pub registry: Registry,
@@ -100,44 +99,28 @@ impl Metrics {
     }
 }
 
-/// Serves `/metrics`, `/healthz` (the process is up) and `/readyz` (the controllers have
-/// started) until the listener fails.
-pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
-    loop {
-        let Ok((mut sock, _)) = listener.accept().await else {
-            continue;
-        };
-        let m = metrics.clone();
-        tokio::spawn(async move {
-            // Read the request head (a client may send it in several writes).
-            let mut buf = Vec::with_capacity(1024);
-            let mut chunk = [0u8; 1024];
-            while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-                match tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut chunk))
-                    .await
-                {
-                    Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-                    Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+/// `/metrics`, `/healthz` (the process is up) and `/readyz` (see [`Metrics::ready`]) for
+/// [`crate::http::Server`].
+pub fn router(metrics: Arc<Metrics>) -> crate::http::Router {
+    use crate::http::{full, text, Request};
+    use hyper::StatusCode;
+    let m = metrics.clone();
+    crate::http::Router::new()
+        .get("/metrics", move |_r: Request| {
+            let m = m.clone();
+            async move { full(StatusCode::OK, "text/plain; version=0.0.4", m.render()) }
+        })
+        .get("/healthz", |_r: Request| async {
+            text(StatusCode::OK, "ok\n")
+        })
+        .get("/readyz", move |_r: Request| {
+            let ready = metrics.ready.load(Ordering::Relaxed);
+            async move {
+                if ready {
+                    text(StatusCode::OK, "ok\n")
+                } else {
+                    text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
                 }
             }
-            let req = String::from_utf8_lossy(&buf);
-            let path = req.split_whitespace().nth(1).unwrap_or("/");
-            let (code, body, ctype) = match path {
-                "/metrics" => ("200 OK", m.render(), "text/plain; version=0.0.4"),
-                "/healthz" => ("200 OK", "ok\n".to_string(), "text/plain"),
-                "/readyz" if m.ready.load(Ordering::Relaxed) => {
-                    ("200 OK", "ok\n".to_string(), "text/plain")
-                }
-                "/readyz" => (
-                    "503 Service Unavailable",
-                    "starting\n".to_string(),
-                    "text/plain",
-                ),
-                _ => ("404 Not Found", "not found\n".to_string(), "text/plain"),
-            };
-            let resp = format!("HTTP/1.1 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-            let _ = sock.write_all(resp.as_bytes()).await;
-            let _ = sock.shutdown().await;
-        });
-    }
+        })
 }

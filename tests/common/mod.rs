@@ -230,8 +230,10 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
             std::thread::sleep(std::time::Duration::from_millis(200));
             continue;
         };
-        if s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-            .is_err()
+        if s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .is_err()
         {
             continue;
         }
