@@ -75,7 +75,8 @@ pub struct SendArgs {
     /// Receiver `host:port`.
     #[arg(long)]
     pub to: String,
-    #[arg(long)]
+    /// File holding the bearer token.
+    #[arg(long, alias = "stream-token-file")]
     pub token_file: Option<PathBuf>,
     /// Trust this CA for the receiver's certificate (TLS).
     #[arg(long)]
@@ -95,7 +96,7 @@ pub struct SendArgs {
     pub keyspace: Option<String>,
     #[arg(long)]
     pub table: Option<String>,
-    /// Transfer id prefix; each sstable's id is `<prefix>.<version>-<generation>`.
+    /// Transfer id prefix; each sstable's id is `<prefix>.<keyspace>.<table>.<version>-<generation>`.
     #[arg(long, default_value = "cli")]
     pub transfer_prefix: String,
     #[arg(long, default_value = "cli")]
@@ -188,7 +189,8 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
         "stream receiver listening"
     );
     let shutdown = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {},
             _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {},
@@ -218,10 +220,10 @@ async fn send_all(a: SendArgs) -> Result<ExitCode> {
                 _ => None,
             };
             let cfg = tls::client_config(ca, client)?;
-            let host = a
-                .tls_server_name
-                .clone()
-                .unwrap_or_else(|| a.to.rsplit_once(':').map_or(a.to.clone(), |(h, _)| h.to_string()));
+            let host = a.tls_server_name.clone().unwrap_or_else(|| {
+                a.to.rsplit_once(':')
+                    .map_or(a.to.clone(), |(h, _)| h.to_string())
+            });
             let name = rustls::pki_types::ServerName::try_from(host.clone())
                 .with_context(|| format!("TLS server name {host:?}"))?;
             Some((cfg, name))
@@ -248,10 +250,13 @@ async fn send_all(a: SendArgs) -> Result<ExitCode> {
         };
         let (desc, _) = cleave::sstable::Descriptor::from_path(p)?;
         let name = ChildName {
-            transfer: format!("{}.{}-{}", a.transfer_prefix, desc.version, desc.id),
+            transfer: format!(
+                "{}.{ks}.{tb}.{}-{}",
+                a.transfer_prefix, desc.version, desc.id
+            ),
             group: a.group.clone(),
-            keyspace: ks,
-            table: tb,
+            keyspace: ks.clone(),
+            table: tb.clone(),
             import: match a.import {
                 ImportArg::None => Import::None,
                 ImportArg::Staging => Import::Staging,
@@ -286,11 +291,23 @@ async fn send_all(a: SendArgs) -> Result<ExitCode> {
                     eprintln!(
                         "{}: {} ({} partitions, {} bytes sent{}{})",
                         r.transfer,
-                        v.map_or("?".into(), |v| v.published.first().cloned().unwrap_or_default()),
+                        v.map_or("?".into(), |v| v
+                            .published
+                            .first()
+                            .cloned()
+                            .unwrap_or_default()),
                         v.map_or(0, |v| v.partitions),
                         r.bytes_sent,
-                        if r.replayed { ", already published" } else { "" },
-                        if r.resumed.is_empty() { String::new() } else { format!(", resumed {:?}", r.resumed) }
+                        if r.replayed {
+                            ", already published"
+                        } else {
+                            ""
+                        },
+                        if r.resumed.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", resumed {:?}", r.resumed)
+                        }
                     );
                 }
                 reports.push(r);

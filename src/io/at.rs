@@ -48,7 +48,12 @@ impl Dir {
 
     pub fn open_dir(&self, name: &str) -> io::Result<Dir> {
         one_component(name)?;
-        Ok(Dir(openat(self.0.as_fd(), name, dir_flags(), Mode::empty())?))
+        Ok(Dir(openat(
+            self.0.as_fd(),
+            name,
+            dir_flags(),
+            Mode::empty(),
+        )?))
     }
 
     /// Opens `name` for reading and writing, creating it (mode 0640) if absent; a symlink
@@ -95,10 +100,7 @@ impl Dir {
 pub fn space(path: &Path) -> io::Result<(u64, u64)> {
     let s = nix::sys::statvfs::statvfs(path)?;
     let frag = s.fragment_size() as u64;
-    Ok((
-        s.blocks_available() as u64 * frag,
-        s.blocks() as u64 * frag,
-    ))
+    Ok((s.blocks_available() as u64 * frag, s.blocks() as u64 * frag))
 }
 
 #[cfg(test)]

@@ -1,75 +1,48 @@
-//! The receiver's listener: TCP, optionally TLS (rustls), HTTP/1.1 (hyper) with header
-//! and handshake timeouts and a connection limit. `cleave stream serve` runs it; when the
-//! sidecar's one HTTP server module lands, `cleave run --stream-addr` mounts
-//! `Receiver::handle` there instead.
+//! Serving the receiver on the sidecar's one HTTP server (`crate::http`): the stream port
+//! gets its own `Limits` — bodies up to the largest declared Data.db (each file body is
+//! bounded again by its manifest entry), no handler deadline (a body may take hours), a
+//! 60 s idle cut-off between body frames. Used by `cleave stream serve` and
+//! `cleave run --stream-addr`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use http_body_util::BodyExt;
 use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 
+use super::manifest::MAX_DATA_BYTES;
 use super::receive::Receiver;
+use crate::http::{Limits, Request, Server};
 
-/// Open connections at most; further ones wait in the kernel's accept queue.
-const MAX_CONNECTIONS: usize = 64;
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+pub fn limits() -> Limits {
+    Limits {
+        max_connections: 64,
+        max_body_bytes: MAX_DATA_BYTES,
+        handler_timeout: None,
+        body_idle_timeout: Duration::from_secs(60),
+        header_timeout: Duration::from_secs(30),
+        ..Limits::default()
+    }
+}
 
-/// Serves until `shutdown` resolves.
+/// Serves `receiver` until `shutdown` completes.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     receiver: Arc<Receiver>,
-    shutdown: impl std::future::Future<Output = ()>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
-    let acceptor = tls.map(TlsAcceptor::from);
-    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    tokio::pin!(shutdown);
-    loop {
-        let permit = tokio::select! {
-            _ = &mut shutdown => return,
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-        };
-        let (tcp, peer) = tokio::select! {
-            _ = &mut shutdown => return,
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(e) => { tracing::warn!("accept: {e}"); continue; }
-            },
-        };
-        let _ = tcp.set_nodelay(true);
-        let receiver = receiver.clone();
-        let acceptor = acceptor.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let svc = service_fn(move |req| {
-                let r = receiver.clone();
-                async move { Ok::<_, std::convert::Infallible>(r.handle(req).await) }
-            });
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .keep_alive(true);
-            let result = match acceptor {
-                Some(a) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, a.accept(tcp)).await {
-                    Ok(Ok(s)) => http.serve_connection(TokioIo::new(s), svc).await,
-                    Ok(Err(e)) => {
-                        tracing::warn!(%peer, "TLS handshake refused: {e}");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::warn!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                },
-                None => http.serve_connection(TokioIo::new(tcp), svc).await,
-            };
-            if let Err(e) = result {
-                tracing::debug!(%peer, "connection: {e}");
-            }
-        });
+    let handler = move |req: Request| {
+        let r = receiver.clone();
+        async move {
+            r.handle(req)
+                .await
+                .map(|b| b.map_err(|never| match never {}).boxed())
+        }
+    };
+    let mut server = Server::new(listener, handler).limits(limits());
+    if let Some(cfg) = tls {
+        server = server.tls(tokio_rustls::TlsAcceptor::from(cfg));
     }
+    server.serve(shutdown).await
 }

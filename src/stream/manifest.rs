@@ -133,10 +133,7 @@ impl Manifest {
         }
         if let Some(s) = &self.source {
             if s.len() > 512 || s.chars().any(char::is_control) {
-                return Err(err(
-                    "source",
-                    "expected at most 512 printable characters",
-                ));
+                return Err(err("source", "expected at most 512 printable characters"));
             }
         }
         if self.files.len() > ALLOWED_COMPONENTS.len() {
@@ -244,12 +241,13 @@ pub fn check_identifier(field: &str, s: &str) -> Result<(), ManifestError> {
     if s.is_empty() || s.len() > MAX_NAME_LENGTH {
         return Err(err(
             field,
-            format!(
-                "{s:?}: expected 1 to {MAX_NAME_LENGTH} characters (Cassandra's NAME_LENGTH)"
-            ),
+            format!("{s:?}: expected 1 to {MAX_NAME_LENGTH} characters (Cassandra's NAME_LENGTH)"),
         ));
     }
-    if let Some(c) = s.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_')) {
+    if let Some(c) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_'))
+    {
         return Err(err(
             field,
             format!("{s:?} contains {c:?}; Cassandra names are [A-Za-z0-9_]"),
@@ -283,10 +281,7 @@ pub fn decode(bytes: &[u8]) -> Result<Manifest, ManifestError> {
     if bytes.len() < 14 {
         return Err(err(
             "length",
-            format!(
-                "{} bytes, shorter than the 14-byte envelope",
-                bytes.len()
-            ),
+            format!("{} bytes, shorter than the 14-byte envelope", bytes.len()),
         ));
     }
     if &bytes[..4] != MAGIC {
@@ -326,8 +321,8 @@ pub fn decode(bytes: &[u8]) -> Result<Manifest, ManifestError> {
             format!("stored {stored:08x}, computed {computed:08x}"),
         ));
     }
-    let m: Manifest = serde_json::from_slice(&bytes[10..body_end])
-        .map_err(|e| err("payload", e.to_string()))?;
+    let m: Manifest =
+        serde_json::from_slice(&bytes[10..body_end]).map_err(|e| err("payload", e.to_string()))?;
     m.validate()?;
     Ok(m)
 }
@@ -400,7 +395,16 @@ mod tests {
 
     #[test]
     fn hostile_names_are_refused() {
-        for bad in ["../Data.db", "/etc/passwd", "Data.db/", "..", "x/../Data.db", "TOC.txt", "Digest.crc32", ""] {
+        for bad in [
+            "../Data.db",
+            "/etc/passwd",
+            "Data.db/",
+            "..",
+            "x/../Data.db",
+            "TOC.txt",
+            "Digest.crc32",
+            "",
+        ] {
             let mut m = sample();
             m.files[2].component = bad.into();
             refused(m, "files[2].component");
@@ -457,7 +461,9 @@ mod tests {
         b.extend_from_slice(&crc.to_be_bytes());
         assert_eq!(decode(&b).unwrap_err().field, "payload");
         assert_eq!(
-            decode(&vec![0u8; MAX_MANIFEST_BYTES + 1]).unwrap_err().field,
+            decode(&vec![0u8; MAX_MANIFEST_BYTES + 1])
+                .unwrap_err()
+                .field,
             "length"
         );
     }

@@ -124,7 +124,11 @@ impl StreamError {
             StreamError::Corrupt(_) | StreamError::Check(_) => 422,
             StreamError::TooManyTransfers { .. } => 429,
             StreamError::InsufficientSpace(_) => 507,
-            StreamError::Io { source, .. } if Reason::of_io(source) == Reason::InsufficientSpace => 507,
+            StreamError::Io { source, .. }
+                if Reason::of_io(source) == Reason::InsufficientSpace =>
+            {
+                507
+            }
             StreamError::Io { .. } | StreamError::Import(_) => 500,
             StreamError::Unreachable(_) => 503,
             StreamError::Remote { status, .. } => *status,
@@ -136,7 +140,14 @@ impl StreamError {
     pub fn retryable(&self) -> bool {
         match self {
             StreamError::Unreachable(_) | StreamError::TooManyTransfers { .. } => true,
-            StreamError::Remote { status, .. } => matches!(status, 409 | 429 | 500 | 503),
+            // A 409 with an offset is a resume point to re-read; without one (an id reused
+            // with another manifest) retrying cannot help.
+            StreamError::Remote {
+                status: 409,
+                offset,
+                ..
+            } => offset.is_some(),
+            StreamError::Remote { status, .. } => matches!(status, 429 | 500 | 503),
             _ => false,
         }
     }

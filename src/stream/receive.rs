@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hyper::body::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Body;
+use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::manifest::{self, Import, Manifest};
@@ -199,7 +199,10 @@ struct Journal {
 }
 
 impl Receiver {
-    pub fn new(mut cfg: ReceiverConfig, metrics: Arc<StreamMetrics>) -> Result<Receiver, StreamError> {
+    pub fn new(
+        mut cfg: ReceiverConfig,
+        metrics: Arc<StreamMetrics>,
+    ) -> Result<Receiver, StreamError> {
         fs::create_dir_all(&cfg.staging).map_err(io_at(&cfg.staging))?;
         // Verdicts carry absolute paths.
         cfg.staging = fs::canonicalize(&cfg.staging).map_err(io_at(&cfg.staging))?;
@@ -379,14 +382,16 @@ impl Receiver {
     }
 
     fn open_transfer(&self, id: &str) -> Result<Dir, StreamError> {
-        self.transfers.open_dir(id).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOENT) => StreamError::NotFound(format!("no transfer {id}")),
-            Some(libc::ELOOP) | Some(libc::ENOTDIR) => StreamError::Invalid(format!(
-                "staging entry {} is not a directory (a symlink?)",
-                self.dir_path(id).display()
-            )),
-            _ => StreamError::io(self.dir_path(id).display(), e),
-        })
+        self.transfers
+            .open_dir(id)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOENT) => StreamError::NotFound(format!("no transfer {id}")),
+                Some(libc::ELOOP) | Some(libc::ENOTDIR) => StreamError::Invalid(format!(
+                    "staging entry {} is not a directory (a symlink?)",
+                    self.dir_path(id).display()
+                )),
+                _ => StreamError::io(self.dir_path(id).display(), e),
+            })
     }
 
     fn load_manifest(&self, id: &str, dir: &Dir) -> Result<Manifest, StreamError> {
@@ -473,9 +478,8 @@ impl Receiver {
     fn table_allowed(&self, m: &Manifest) -> bool {
         self.cfg.allow_tables.is_empty()
             || self.cfg.allow_tables.iter().any(|t| {
-                t.split_once('.').is_some_and(|(k, tb)| {
-                    k == m.keyspace && (tb == "*" || tb == m.table)
-                })
+                t.split_once('.')
+                    .is_some_and(|(k, tb)| k == m.keyspace && (tb == "*" || tb == m.table))
             })
     }
 
@@ -498,8 +502,9 @@ impl Receiver {
                 let n = e.file_name();
                 let n = n.to_string_lossy();
                 n == m.table.as_str()
-                    || n.strip_prefix(&prefix)
-                        .is_some_and(|id| id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()))
+                    || n.strip_prefix(&prefix).is_some_and(|id| {
+                        id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit())
+                    })
             })
             .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
             .map(|e| e.path())
@@ -526,7 +531,11 @@ impl Receiver {
     fn target_dir(&self, m: &Manifest) -> Result<(PathBuf, Option<PathBuf>), StreamError> {
         match m.import {
             Import::None => Ok((
-                self.cfg.staging.join("ready").join(&m.keyspace).join(&m.table),
+                self.cfg
+                    .staging
+                    .join("ready")
+                    .join(&m.keyspace)
+                    .join(&m.table),
                 None,
             )),
             Import::Staging => {
@@ -564,7 +573,8 @@ impl Receiver {
         }
         if let (_, Some(table)) = self.target_dir(&m)? {
             let a = crate::io::fs::device_of(&table).map_err(io_at(&table))?;
-            let b = crate::io::fs::device_of(&self.cfg.staging).map_err(io_at(&self.cfg.staging))?;
+            let b =
+                crate::io::fs::device_of(&self.cfg.staging).map_err(io_at(&self.cfg.staging))?;
             if a != b {
                 return Err(StreamError::Invalid(format!(
                     "staging {} is on another filesystem than the table directory {}: children are published by rename",
@@ -573,44 +583,44 @@ impl Receiver {
                 )));
             }
         }
-        blocking(|| {
-            match self.transfers.open_dir(id) {
-                Ok(dir) => {
-                    let stored = read_all(&dir, "manifest", &self.dir_path(id))?;
-                    if stored != body {
-                        return Err(StreamError::Conflict {
+        blocking(|| match self.transfers.open_dir(id) {
+            Ok(dir) => {
+                let stored = read_all(&dir, "manifest", &self.dir_path(id))?;
+                if stored != body {
+                    return Err(StreamError::Conflict {
                             message: format!(
                                 "transfer {id} exists with a different manifest: a transfer id names one child"
                             ),
                             offset: None,
                         });
-                    }
-                    if self.verdict(id, &dir)?.is_none() {
-                        self.lock(id, true)?;
-                    }
-                    Ok(json_response(200, &self.state(id)?))
                 }
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                if self.verdict(id, &dir)?.is_none() {
                     self.lock(id, true)?;
-                    if let Err(e) = self.check_space(&m) {
-                        self.release(id);
-                        return Err(e);
-                    }
-                    self.transfers.create_dir(id).map_err(io_at(&self.dir_path(id)))?;
-                    self.transfers.sync().map_err(io_at(&self.transfers_path))?;
-                    let dir = self.open_transfer(id)?;
-                    write_atomic(&dir, "manifest", body, &self.dir_path(id))?;
-                    tracing::info!(
-                        transfer = id,
-                        keyspace = m.keyspace,
-                        table = m.table,
-                        bytes = m.total_bytes(),
-                        "transfer accepted"
-                    );
-                    Ok(json_response(201, &self.state(id)?))
                 }
-                Err(e) => Err(self.fail_open(id, e)),
+                Ok(json_response(200, &self.state(id)?))
             }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                self.lock(id, true)?;
+                if let Err(e) = self.check_space(&m) {
+                    self.release(id);
+                    return Err(e);
+                }
+                self.transfers
+                    .create_dir(id)
+                    .map_err(io_at(&self.dir_path(id)))?;
+                self.transfers.sync().map_err(io_at(&self.transfers_path))?;
+                let dir = self.open_transfer(id)?;
+                write_atomic(&dir, "manifest", body, &self.dir_path(id))?;
+                tracing::info!(
+                    transfer = id,
+                    keyspace = m.keyspace,
+                    table = m.table,
+                    bytes = m.total_bytes(),
+                    "transfer accepted"
+                );
+                Ok(json_response(201, &self.state(id)?))
+            }
+            Err(e) => Err(self.fail_open(id, e)),
         })
     }
 
@@ -640,7 +650,13 @@ impl Receiver {
         Ok(())
     }
 
-    fn chunking(&self, id: &str, dir: &Dir, m: &Manifest, component: &str) -> Result<Chunking, StreamError> {
+    fn chunking(
+        &self,
+        id: &str,
+        dir: &Dir,
+        m: &Manifest,
+        component: &str,
+    ) -> Result<Chunking, StreamError> {
         if component != "Data.db" {
             return Ok(Chunking::Plain { step: PLAIN_STEP });
         }
@@ -654,7 +670,9 @@ impl Receiver {
             .ok_or_else(|| StreamError::Invalid(format!("{table} missing")))?;
         if self.progress(dir, table).offset != entry.size {
             return Err(StreamError::Conflict {
-                message: format!("Data.db before {table} is complete: its chunks are checked against it"),
+                message: format!(
+                    "Data.db before {table} is complete: its chunks are checked against it"
+                ),
                 offset: Some(0),
             });
         }
@@ -665,7 +683,9 @@ impl Receiver {
         if m.is_compressed() {
             let ci = CompressionInfo::parse(&path, &bytes, version)
                 .map_err(|e| StreamError::Corrupt(e.to_string()))?;
-            Ok(Chunking::Compressed { offsets: ci.offsets })
+            Ok(Chunking::Compressed {
+                offsets: ci.offsets,
+            })
         } else {
             let c = ChunkChecksums::parse(&path, &bytes)
                 .map_err(|e| StreamError::Corrupt(e.to_string()))?;
@@ -676,11 +696,23 @@ impl Receiver {
         }
     }
 
-    fn checkpoint(&self, id: &str, dir: &Dir, file: &fs::File, component: &str, b: Boundary) -> Result<(), StreamError> {
+    fn checkpoint(
+        &self,
+        id: &str,
+        dir: &Dir,
+        file: &fs::File,
+        component: &str,
+        b: Boundary,
+    ) -> Result<(), StreamError> {
         let p = self.dir_path(id).join(component);
         file.sync_data().map_err(io_at(&p))?;
         crate::io::fault::point("stream-receive:checkpoint");
-        write_atomic(dir, &format!("{component}.offset"), &encode_boundary(b), &self.dir_path(id))
+        write_atomic(
+            dir,
+            &format!("{component}.offset"),
+            &encode_boundary(b),
+            &self.dir_path(id),
+        )
     }
 
     async fn put_file<B>(
@@ -705,7 +737,9 @@ impl Receiver {
         }
         let entry = m
             .file(component)
-            .ok_or_else(|| StreamError::NotFound(format!("{component} is not in the manifest of {id}")))?
+            .ok_or_else(|| {
+                StreamError::NotFound(format!("{component} is not in the manifest of {id}"))
+            })?
             .clone();
         let from = self.progress(&dir, component);
         if offset != from.offset {
@@ -759,11 +793,18 @@ impl Receiver {
                         self.checkpoint(id, &dir, &file, component, b)?;
                         file.set_len(b.offset).map_err(io_at(&path))
                     })?;
-                    tracing::info!(transfer = id, component, offset = b.offset, "body broken, durable offset kept: {e}");
+                    tracing::info!(
+                        transfer = id,
+                        component,
+                        offset = b.offset,
+                        "body broken, durable offset kept: {e}"
+                    );
                     return Err(StreamError::Unreachable(format!("{component} body: {e}")));
                 }
             };
-            let Ok(data) = frame.into_data() else { continue };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
             let at = v.position();
             blocking(|| file.write_all_at(&data, at)).map_err(|e| {
                 let err = StreamError::io(path.display(), e);
@@ -773,8 +814,9 @@ impl Receiver {
                     err
                 }
             })?;
-            v.feed(&data)
-                .map_err(|e| self.fail(id, StreamError::Corrupt(format!("{}: {e}", path.display()))))?;
+            v.feed(&data).map_err(|e| {
+                self.fail(id, StreamError::Corrupt(format!("{}: {e}", path.display())))
+            })?;
             self.metrics
                 .bytes
                 .with_label_values(&["receive", "received"])
@@ -839,7 +881,10 @@ impl Receiver {
             return Ok(json_response(200, &v));
         }
         self.discard(id, "Cancelled");
-        Ok(json_response(200, &serde_json::json!({"transfer": id, "state": "cancelled"})))
+        Ok(json_response(
+            200,
+            &serde_json::json!({"transfer": id, "state": "cancelled"}),
+        ))
     }
 
     fn commit(&self, id: &str) -> Result<Verdict, StreamError> {
@@ -881,7 +926,11 @@ impl Receiver {
         // Move the checked child into place, TOC last (Cassandra ignores an sstable
         // without TOC); a crash here is finished by the next commit from the journal.
         fs::create_dir_all(&journal.target).map_err(io_at(&journal.target))?;
-        let mut components: Vec<Component> = m.files.iter().map(|f| Component::parse(&f.component)).collect();
+        let mut components: Vec<Component> = m
+            .files
+            .iter()
+            .map(|f| Component::parse(&f.component))
+            .collect();
         components.push(Component::Digest);
         components.push(Component::Toc);
         let mut published = Vec::new();
@@ -897,7 +946,11 @@ impl Receiver {
                     to.display()
                 )));
             }
-            published.push(to.display().to_string());
+            if *c == Component::Data {
+                published.insert(0, to.display().to_string());
+            } else {
+                published.push(to.display().to_string());
+            }
         }
         crate::io::fs::sync_dir(&journal.target).map_err(io_at(&journal.target))?;
         crate::io::fault::point("stream-receive:published");
@@ -931,7 +984,10 @@ impl Receiver {
         let _ = fs::remove_dir_all(tdir.join("sstable"));
         let _ = fs::remove_file(tdir.join("publish.json"));
         self.release(id);
-        self.metrics.transfers.with_label_values(&["receive", "ok"]).inc();
+        self.metrics
+            .transfers
+            .with_label_values(&["receive", "ok"])
+            .inc();
         tracing::info!(transfer = id, target = %journal.target.display(), "child published");
         Ok(verdict)
     }
@@ -972,13 +1028,17 @@ impl Receiver {
             f.write_all(b).map_err(io_at(&p))?;
             f.sync_all().map_err(io_at(&p))
         };
-        write(&Component::Digest, &Digest { crc32: data_crc32 }.serialize())?;
+        write(
+            &Component::Digest,
+            &Digest { crc32: data_crc32 }.serialize(),
+        )?;
         toc.push(Component::Digest);
         toc.push(Component::Toc);
         write(&Component::Toc, &Toc { components: toc }.serialize())?;
         crate::io::fs::sync_dir(&sdir).map_err(io_at(&sdir))?;
         let data = desc.path(&Component::Data);
-        let t = SSTable::open(&data).map_err(|e| StreamError::Check(format!("received child does not open: {e}")))?;
+        let t = SSTable::open(&data)
+            .map_err(|e| StreamError::Check(format!("received child does not open: {e}")))?;
         let rep = t
             .check(CheckLevel::Full, &mut |_| {})
             .map_err(|e| StreamError::Check(format!("received child fails the full check: {e}")))?;
@@ -1040,7 +1100,10 @@ mod tests {
 
     #[test]
     fn boundary_files_round_trip_and_refuse_damage() {
-        let b = Boundary { offset: 1 << 40, crc: 0xdead_beef };
+        let b = Boundary {
+            offset: 1 << 40,
+            crc: 0xdead_beef,
+        };
         let e = encode_boundary(b);
         assert_eq!(decode_boundary(&e), Some(b));
         for i in 0..e.len() {

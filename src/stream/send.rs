@@ -41,7 +41,11 @@ const MAX_BUSY_WAITS: u32 = 720;
 #[derive(Debug, Clone)]
 pub enum Segment {
     /// `len` bytes of `path` from `offset`, sent as they are on disk.
-    File { path: PathBuf, offset: u64, len: u64 },
+    File {
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+    },
     /// Bytes built in memory.
     Bytes(Bytes),
 }

@@ -27,7 +27,9 @@ pub enum Chunking {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VerifyError {
-    #[error("chunk {index} at offset {offset}: CRC32 stored {stored:08x}, computed {computed:08x}")]
+    #[error(
+        "chunk {index} at offset {offset}: CRC32 stored {stored:08x}, computed {computed:08x}"
+    )]
     Chunk {
         index: u64,
         offset: u64,
@@ -326,7 +328,10 @@ mod tests {
             .unwrap();
             let e = v.feed(&g).unwrap_err();
             let want = if i < 9 { 0 } else { 1 };
-            assert!(matches!(e, VerifyError::Chunk { index, .. } if index == want), "{e}");
+            assert!(
+                matches!(e, VerifyError::Chunk { index, .. } if index == want),
+                "{e}"
+            );
         }
     }
 
@@ -345,7 +350,15 @@ mod tests {
         w.feed(&f[b.offset as usize..]).unwrap();
         assert_eq!(w.finish(crc32fast::hash(&f)).unwrap(), crc32fast::hash(&f));
         assert!(Verifier::new(ch(), f.len() as u64, Boundary { offset: 1, crc: 0 }).is_err());
-        assert!(Verifier::new(ch(), f.len() as u64, Boundary { offset: offsets[1] + 1, crc: 0 }).is_err());
+        assert!(Verifier::new(
+            ch(),
+            f.len() as u64,
+            Boundary {
+                offset: offsets[1] + 1,
+                crc: 0
+            }
+        )
+        .is_err());
     }
 
     #[test]
@@ -353,7 +366,10 @@ mod tests {
         let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
         let crcs: Vec<u32> = data.chunks(256).map(crc32fast::hash).collect();
         let mut v = Verifier::new(
-            Chunking::Blocks { size: 256, crcs: crcs.clone() },
+            Chunking::Blocks {
+                size: 256,
+                crcs: crcs.clone(),
+            },
             1000,
             Boundary::default(),
         )
@@ -364,8 +380,16 @@ mod tests {
         v.finish(crc32fast::hash(&data)).unwrap();
         let mut bad = data.clone();
         bad[600] ^= 1;
-        let mut v = Verifier::new(Chunking::Blocks { size: 256, crcs }, 1000, Boundary::default()).unwrap();
-        assert!(matches!(v.feed(&bad).unwrap_err(), VerifyError::Chunk { index: 2, .. }));
+        let mut v = Verifier::new(
+            Chunking::Blocks { size: 256, crcs },
+            1000,
+            Boundary::default(),
+        )
+        .unwrap();
+        assert!(matches!(
+            v.feed(&bad).unwrap_err(),
+            VerifyError::Chunk { index: 2, .. }
+        ));
 
         let mut p = Verifier::new(Chunking::Plain { step: 64 }, 1000, Boundary::default()).unwrap();
         p.feed(&data).unwrap();
@@ -375,8 +399,30 @@ mod tests {
 
     #[test]
     fn layouts_that_do_not_fit_the_size_are_refused() {
-        assert!(Verifier::new(Chunking::Compressed { offsets: vec![0, 2] }, 10, Boundary::default()).is_err());
-        assert!(Verifier::new(Chunking::Compressed { offsets: vec![0, 8] }, 10, Boundary::default()).is_err());
-        assert!(Verifier::new(Chunking::Blocks { size: 10, crcs: vec![0] }, 25, Boundary::default()).is_err());
+        assert!(Verifier::new(
+            Chunking::Compressed {
+                offsets: vec![0, 2]
+            },
+            10,
+            Boundary::default()
+        )
+        .is_err());
+        assert!(Verifier::new(
+            Chunking::Compressed {
+                offsets: vec![0, 8]
+            },
+            10,
+            Boundary::default()
+        )
+        .is_err());
+        assert!(Verifier::new(
+            Chunking::Blocks {
+                size: 10,
+                crcs: vec![0]
+            },
+            25,
+            Boundary::default()
+        )
+        .is_err());
     }
 }
