@@ -640,7 +640,7 @@ fn the_concurrency_limit_answers_429_and_the_sender_waits_for_retry_after() {
             t[2],
             "--stream-max-transfers",
             "1",
-            "--retry-after",
+            "--stream-retry-after",
             "1",
         ],
     );
@@ -997,4 +997,46 @@ fn mutual_tls_admits_the_right_client_certificate_only() {
     let s = send(recv.port, &[&data], &e);
     assert!(s.ok, "{}", s.stderr);
     assert_eq!(json(&s)[0]["verdict"]["ok"], true);
+}
+
+/// The ≥ 1 GiB acceptance run (not in CI: `cargo test --release --test stream -- --ignored`).
+#[test]
+#[ignore = "1 GiB: run with --ignored (docs/stream.md)"]
+fn a_generated_gib_sstable_streams_checked() {
+    let Some(shared) = corpus_or_skip("stream 1 GiB") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src/ks/t-0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(&src).unwrap();
+    let out = Command::new(cleave_bin())
+        .args(["gen", "--size", "1GiB", "--out"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let data = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with("-Data.db"))
+        .unwrap();
+    let before = snapshot(&src);
+    let (_, t) = token_args(tmp.path(), "tok");
+    let t: Vec<&str> = t.iter().map(String::as_str).collect();
+    let recv = serve(&tmp.path().join("recv"), &t);
+    let s = send(recv.port, &[&data], &t);
+    assert!(s.ok, "{}", s.stderr);
+    let v = json(&s);
+    let received = PathBuf::from(v[0]["verdict"]["published"][0].as_str().unwrap());
+    let a = sstcheck_json(&shared, &data);
+    let b = sstcheck_json(&shared, &received);
+    assert_eq!(b["ok"], true, "{}", b["errors"]);
+    for k in ["partitions", "keys_xor", "keys_sum"] {
+        assert_eq!(a[k], b[k], "{k}");
+    }
+    assert_eq!(snapshot(&src), before, "the source directory changed");
 }

@@ -39,6 +39,11 @@ pub struct RunArgs {
     /// With --local: exit once every job of this node has finished.
     #[arg(long, requires = "local")]
     pub once: bool,
+    /// Serve the RangeStream receiver on this address (docs/stream.md); off by default.
+    #[arg(long)]
+    pub stream_addr: Option<String>,
+    #[command(flatten)]
+    pub stream: super::stream::ReceiverFlags,
 }
 
 pub fn identity(node: &str) -> String {
@@ -68,6 +73,22 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             let mut rx = http_stopped;
             let _ = rx.wait_for(|v| *v).await;
         }));
+        if let Some(addr) = &a.stream_addr {
+            let mut rx = stop_http.subscribe();
+            let stop = async move {
+                let _ = rx.wait_for(|v| *v).await;
+            };
+            let registry = metrics.registry.clone();
+            super::stream::spawn_receiver(
+                addr,
+                &a.stream,
+                Some(a.data_dir.clone()),
+                10.0,
+                &registry,
+                stop,
+            )
+            .await?;
+        }
         let shutdown = Arc::new(AtomicBool::new(false));
         match &a.local {
             Some(dir) => {

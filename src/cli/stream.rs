@@ -27,17 +27,12 @@ pub enum StreamCommand {
     Send(SendArgs),
 }
 
-#[derive(clap::Args)]
-pub struct ServeArgs {
-    /// Listen address.
-    #[arg(long = "stream-addr", alias = "listen", default_value = "0.0.0.0:7070")]
-    pub addr: String,
+/// The receiver's flags, shared by `cleave stream serve` and `cleave run` (CONTRACT.md).
+#[derive(clap::Args, Clone)]
+pub struct ReceiverFlags {
     /// Receiver staging root; must be on the data directory's filesystem for Staging/Import.
     #[arg(long = "stream-staging")]
-    pub staging: PathBuf,
-    /// Cassandra data directory (`<data>/<keyspace>/<table>-<id>/`), for import Staging/Import.
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
+    pub staging: Option<PathBuf>,
     /// File holding the bearer token senders must present.
     #[arg(long = "stream-token-file")]
     pub token_file: Option<PathBuf>,
@@ -48,14 +43,11 @@ pub struct ServeArgs {
     /// Require client certificates signed by this CA (mutual TLS).
     #[arg(long = "stream-tls-client-ca", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
-    /// Serve without TLS (authentication by token is still required).
+    /// Serve the stream port without TLS (authentication by token is still required).
     #[arg(long)]
     pub insecure_plaintext: bool,
     #[arg(long = "stream-max-transfers", default_value_t = 2)]
     pub max_transfers: usize,
-    /// Refuse (507) a transfer that would leave less free space than this.
-    #[arg(long, default_value_t = 10.0)]
-    pub min_free_percent: f64,
     /// Run after every check for `import: Import`, e.g. "nodetool import {keyspace} {table} {dir}".
     #[arg(long = "stream-import-command")]
     pub import_command: Option<String>,
@@ -63,8 +55,23 @@ pub struct ServeArgs {
     #[arg(long = "stream-allow-tables", value_delimiter = ',')]
     pub allow_tables: Vec<String>,
     /// Seconds a 429 asks senders to wait.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long = "stream-retry-after", default_value_t = 5)]
     pub retry_after: u64,
+}
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Listen address.
+    #[arg(long = "stream-addr", default_value = "0.0.0.0:7070")]
+    pub addr: String,
+    #[command(flatten)]
+    pub flags: ReceiverFlags,
+    /// Cassandra data directory (`<data>/<keyspace>/<table>-<id>/`), for import Staging/Import.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Refuse (507) a transfer that would leave less free space than this.
+    #[arg(long, default_value_t = 10.0)]
+    pub min_free_percent: f64,
 }
 
 #[derive(clap::Args)]
@@ -149,45 +156,64 @@ pub fn run(a: StreamArgs) -> Result<ExitCode> {
     }
 }
 
-async fn serve(a: ServeArgs) -> Result<ExitCode> {
-    let token = a.token_file.as_deref().map(read_token).transpose()?;
-    let tls = match (&a.tls_cert, &a.tls_key) {
-        (Some(c), Some(k)) => Some(tls::server_config(c, k, a.tls_client_ca.as_deref())?),
+/// Binds the receiver on `addr` and serves it on a task until `shutdown`; the stream
+/// metrics go to `registry`. The check that every listener authenticates is here.
+pub async fn spawn_receiver(
+    addr: &str,
+    f: &ReceiverFlags,
+    data_dir: Option<PathBuf>,
+    min_free_percent: f64,
+    registry: &prometheus::Registry,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let staging = f
+        .staging
+        .clone()
+        .context("the stream receiver needs --stream-staging")?;
+    let token = f.token_file.as_deref().map(read_token).transpose()?;
+    let tls = match (&f.tls_cert, &f.tls_key) {
+        (Some(c), Some(k)) => Some(tls::server_config(c, k, f.tls_client_ca.as_deref())?),
         _ => None,
     };
     // Every listener authenticates: a token, or client certificates.
     anyhow::ensure!(
-        token.is_some() || a.tls_client_ca.is_some(),
+        token.is_some() || f.tls_client_ca.is_some(),
         "the receiver needs --stream-token-file or --stream-tls-client-ca: it never accepts unauthenticated transfers"
     );
     anyhow::ensure!(
-        tls.is_some() || a.insecure_plaintext,
+        tls.is_some() || f.insecure_plaintext,
         "no --stream-tls-cert/--stream-tls-key: pass --insecure-plaintext to serve without TLS"
     );
-    let registry = prometheus::Registry::new();
-    let metrics = StreamMetrics::new(&registry)?;
+    let metrics = StreamMetrics::new(registry)?;
     let receiver = Arc::new(Receiver::new(
         ReceiverConfig {
-            staging: a.staging,
-            data_dir: a.data_dir,
+            staging,
+            data_dir,
             token,
-            allow_tables: a.allow_tables,
-            max_transfers: a.max_transfers.max(1),
-            min_free_percent: a.min_free_percent,
-            import_command: a.import_command,
-            retry_after_secs: a.retry_after,
+            allow_tables: f.allow_tables.clone(),
+            max_transfers: f.max_transfers.max(1),
+            min_free_percent,
+            import_command: f.import_command.clone(),
+            retry_after_secs: f.retry_after,
             idle_timeout: Duration::from_secs(300),
         },
         metrics,
     )?);
-    let listener = tokio::net::TcpListener::bind(&a.addr)
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .with_context(|| format!("bind {}", a.addr))?;
+        .with_context(|| format!("bind --stream-addr {addr}"))?;
     tracing::info!(
         addr = %listener.local_addr()?,
         tls = tls.is_some(),
         "stream receiver listening"
     );
+    Ok(tokio::spawn(listen::serve(
+        listener, tls, receiver, shutdown,
+    )))
+}
+
+async fn serve(a: ServeArgs) -> Result<ExitCode> {
+    let registry = prometheus::Registry::new();
     let shutdown = async {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -196,7 +222,16 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
             _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {},
         }
     };
-    listen::serve(listener, tls, receiver, shutdown).await;
+    let task = spawn_receiver(
+        &a.addr,
+        &a.flags,
+        a.data_dir,
+        a.min_free_percent,
+        &registry,
+        shutdown,
+    )
+    .await?;
+    task.await?;
     Ok(ExitCode::SUCCESS)
 }
 
