@@ -12,7 +12,7 @@
 #   copy       `dd bs=1M` read-and-write copy of Data.db + fsync (the CPU baseline).
 # Prints wall seconds, MiB/s, sender user+sys CPU seconds, receiver CPU seconds, and the
 # receiver's commit (full check) time from its log. Page cache is dropped before each run
-# when root (cold cache). Needs ~3x SIZE of free space under $BENCH_DIR (default /tmp).
+# when root (cold cache; COLD=0 keeps it warm). Needs ~3x SIZE of free space under $BENCH_DIR (default /tmp).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="$ROOT/target/release/cleave"
@@ -23,7 +23,7 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
 trap cleanup EXIT
 
-drop() { if [ "$(id -u)" = 0 ]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi; }
+drop() { if [ "${COLD:-1}" = 1 ] && [ "$(id -u)" = 0 ]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi; }
 cpu_of() { awk '{print ($14+$15)/100}' "/proc/$1/stat"; }  # utime+stime of a live pid, in s (HZ=100)
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
