@@ -418,7 +418,7 @@ fn hostile_manifests_and_a_symlinked_staging_entry_are_refused_and_staging_clean
     m.keyspace = "other".into();
     cases.push(("not allowed", m, 403));
     let mut m = sample_manifest("a4");
-    m.files[3].size = 1 << 50; // within the bound, beyond any free space
+    // Within the size bound, beyond any free space.
     m.files[3].size = manifest::MAX_DATA_BYTES;
     cases.push(("no space", m, 507));
     for (what, m, want) in &cases {

@@ -104,7 +104,6 @@ pub fn space(path: &Path) -> io::Result<(u64, u64)> {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
 

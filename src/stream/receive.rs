@@ -1113,7 +1113,6 @@ fn content_length(h: &hyper::HeaderMap) -> Option<u64> {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
 

@@ -152,7 +152,7 @@ impl Verifier {
                 }
             }
             Chunking::Blocks { size, .. } => {
-                if at % size != 0 && at != self.size {
+                if !at.is_multiple_of(*size) && at != self.size {
                     return Err(VerifyError::Layout(format!(
                         "resume offset {at} is not a CRC.db block boundary"
                     )));
