@@ -8,10 +8,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use cleave::split::execute::{split, DigestPolicy, SplitOptions, SplitReport};
 use cleave::split::plan::Layout;
 use cleave::split::publish::Publish;
 use cleave::split::spec::Cut;
+use cleave::split::{run_path, DigestPolicy, Policy, SplitReport, Target};
 use cleave::sstable::{hex, SSTable, Token};
 use common::*;
 
@@ -29,18 +29,23 @@ pub fn copy_sstable_to(data_db: &Path, dir: &Path) -> PathBuf {
     dir.join(name)
 }
 
-fn opts(cut: Cut, out: &Path, layout: Option<Layout>) -> SplitOptions {
-    SplitOptions {
-        cut,
+fn split(
+    parent: &Path,
+    cut: &Cut,
+    out: &Path,
+    layout: Option<Layout>,
+) -> Result<SplitReport, cleave::split::SplitError> {
+    let policy = Policy {
         layout,
-        allow_padded: false,
         digest: DigestPolicy::Combine,
-        merge_below_chunks: 8,
+        ..Policy::default()
+    };
+    let target = Target {
         out_dir: out.to_path_buf(),
         publish: Publish::Stage,
         dry_run: false,
-        operation: "split".into(),
-    }
+    };
+    run_path(parent, cut, &policy, &target, &mut |_| {})
 }
 
 /// Keys (hex) of an sstable in index order.
@@ -195,12 +200,16 @@ fn run_corpus(cuts: Cuts, layouts: &[Option<Layout>]) {
         for layout in layouts {
             let out = tempfile::tempdir_in(work.path()).unwrap();
             let label = format!("{} {what} {layout:?}", r.data_db.display());
-            let rep = split(
-                &parent,
-                &opts(cut.clone(), out.path(), *layout),
-                &mut |_| {},
-            )
-            .unwrap_or_else(|e| panic!("{label}: {e}"));
+            let rep = split(&parent, &cut, out.path(), *layout)
+                .unwrap_or_else(|e| panic!("{label}: {e}"));
+            if let Cuts::Parts(n) = cuts {
+                // --parts N means min(N, partitions) children, one-chunk tables included.
+                assert_eq!(
+                    rep.children.len() as u64,
+                    (n as u64).min(r.partitions),
+                    "{label}: children"
+                );
+            }
             assert_children_valid(&shared, &pkeys, &rep, &label);
             if let Some(pr) = &parent_rows {
                 let paths: Vec<&Path> = rep.children.iter().map(|c| c.path.as_path()).collect();

@@ -179,9 +179,17 @@ fn replace_refuses_while_a_process_holds_the_table() {
     let out = replace_cmd(&parent, &table).output().unwrap();
     let _ = holder.kill();
     let _ = holder.wait();
-    let err = String::from_utf8_lossy(&out.stderr);
+    // --json: one object {"error": {reason, message, path}} on stdout.
+    let err = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains(&format!("process {}", holder.id())), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&err).unwrap();
+    assert_eq!(v["error"]["reason"], "CassandraRunning", "{err}");
+    assert_eq!(
+        std::fs::canonicalize(v["error"]["path"].as_str().unwrap()).unwrap(),
+        std::fs::canonicalize(&table).unwrap()
+    );
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains(&format!("process {}", holder.id())), "{err}");
     assert_eq!(before, snapshot(&table), "nothing written");
 }
 
@@ -195,35 +203,62 @@ fn bad_split_inputs_change_nothing() {
     let (d, table, parent) = table_dir(&shared);
     let out = d.path().join("out");
     std::fs::create_dir(&out).unwrap();
-    let run = |args: &[&str], want: &str| {
+    let run = |args: &[&str], want: &str, reason: &str| {
         let before = snapshot(d.path());
         let mut a: Vec<std::ffi::OsString> = vec!["split".into()];
         a.extend(args.iter().map(|s| s.into()));
         let a: Vec<&std::ffi::OsStr> = a.iter().map(|s| s.as_os_str()).collect();
         let err = cleave_fails(&a);
         assert!(err.contains(want), "expected {want:?}: {err}");
+        assert!(
+            err.contains(&format!("error[{reason}]")),
+            "expected reason {reason}: {err}"
+        );
         assert_eq!(before, snapshot(d.path()), "{args:?} changed files");
     };
     let p = parent.to_str().unwrap();
     let o = out.to_str().unwrap();
-    run(&[p, "--out", o, "--tokens", "35,33"], "strictly increasing");
-    run(&[p, "--out", o, "--tokens", "30,30"], "strictly increasing");
-    run(&[p, "--out", o, "--tokens", "zz"], "ByteOrdered token");
-    run(&[p, "--out", o, "--parts", "1"], "at least 2");
-    run(&[bti.to_str().unwrap(), "--out", o, "--parts", "2"], "BTI");
+    run(
+        &[p, "--out", o, "--tokens", "35,33"],
+        "strictly increasing",
+        "InvalidRequest",
+    );
+    run(
+        &[p, "--out", o, "--tokens", "30,30"],
+        "strictly increasing",
+        "InvalidRequest",
+    );
+    run(
+        &[p, "--out", o, "--tokens", "zz"],
+        "ByteOrdered token",
+        "InvalidRequest",
+    );
+    run(
+        &[p, "--out", o, "--parts", "1"],
+        "at least 2",
+        "InvalidRequest",
+    );
+    run(
+        &[bti.to_str().unwrap(), "--out", o, "--parts", "2"],
+        "BTI",
+        "UnsupportedSSTable",
+    );
     run(
         &[p, "--out", "/dev/shm", "--parts", "2"],
         "another filesystem",
+        "InvalidRequest",
     );
     run(
         &[p, "--out", o, "--parts", "2", "--publish", "replace"],
         "table directory",
+        "InvalidRequest",
     );
     // A secondary-index component.
     std::fs::write(table.join("nb-1-big-SI_by_val.db"), b"x").unwrap();
     run(
         &[p, "--out", o, "--parts", "2"],
         "secondary-index component SI_by_val.db",
+        "UnsupportedSSTable",
     );
     std::fs::remove_file(table.join("nb-1-big-SI_by_val.db")).unwrap();
     // An unsupported compressor.
@@ -238,6 +273,7 @@ fn bad_split_inputs_change_nothing() {
     run(
         &[p, "--out", o, "--parts", "2"],
         "unsupported compressor ZstdCompressor",
+        "UnsupportedSSTable",
     );
     std::fs::write(&ci, &orig).unwrap();
     // A corrupt parent: an index position past the data length.
@@ -247,7 +283,11 @@ fn bad_split_inputs_change_nothing() {
     let n = b.len();
     b[n - 20] ^= 0xFF;
     std::fs::write(&stats, &b).unwrap();
-    run(&[p, "--out", o, "--parts", "2"], "checksum mismatch");
+    run(
+        &[p, "--out", o, "--parts", "2"],
+        "checksum mismatch",
+        "CorruptSSTable",
+    );
     std::fs::write(&stats, &orig).unwrap();
     // A corrupt chunk that the split must decode (the first chunk of a child).
     let mut b = std::fs::read(&parent).unwrap();
@@ -256,6 +296,7 @@ fn bad_split_inputs_change_nothing() {
     run(
         &[p, "--out", o, "--parts", "2"],
         "checksum mismatch in chunk 0",
+        "CorruptSSTable",
     );
     assert!(names(&out).is_empty(), "staging removed: {:?}", names(&out));
 }

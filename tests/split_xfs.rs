@@ -83,7 +83,7 @@ fn aligned_children_share_their_data_on_xfs() {
     assert_eq!(children.len(), 8);
     let no_fallback = children
         .iter()
-        .filter(|c| c["layout"] == "aligned" && c["fallback_reason"].is_null())
+        .filter(|c| c["layout"] == "aligned" && c["fallback"].is_null())
         .count();
     assert!(
         no_fallback * 10 >= children.len() * 9,
@@ -207,7 +207,8 @@ fn ext4_falls_back_to_copy_and_says_why() {
     for c in r["children"].as_array().unwrap() {
         assert_eq!(c["layout"], "copy", "{c}");
         assert_eq!(c["bytes_shared"].as_u64(), Some(0));
-        let why = c["fallback_reason"].as_str().unwrap();
+        assert_eq!(c["fallback"]["reason"], "reflink_not_supported", "{c}");
+        let why = c["fallback"]["message"].as_str().unwrap();
         assert!(
             why.contains("EOPNOTSUPP") || why.contains("shared extents"),
             "{why}"
@@ -235,7 +236,7 @@ fn incompressible_data_splits_validly() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|c| !c["fallback_reason"].is_null())
+        .filter(|c| !c["fallback"].is_null())
         .count();
     eprintln!("incompressible: {fell_back} of 8 children fell back");
 }

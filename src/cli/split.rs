@@ -4,11 +4,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
-use cleave::split::execute::{self, DigestPolicy, Progress, SplitOptions, SplitReport};
+use cleave::reason::Reason;
 use cleave::split::plan::Layout;
 use cleave::split::publish::{self, Publish};
 use cleave::split::ranges;
 use cleave::split::spec::{Cut, RepairSession, RepairedRanges};
+use cleave::split::{
+    self as engine, DigestPolicy, Parent, Policy, RunProgress, SplitError, SplitReport, Target,
+};
 use cleave::sstable::table::{CheckLevel, CheckProgress};
 use cleave::sstable::{Component, SSTable};
 
@@ -127,17 +130,62 @@ fn cut_from_args(a: &SplitArgs, t: &SSTable) -> Result<Cut> {
     }))
 }
 
-pub fn run(a: SplitArgs) -> Result<ExitCode> {
-    let t = SSTable::open(&a.parent)?;
-    let cut = cut_from_args(&a, &t)?;
-    let operation = if matches!(cut, Cut::Ranges(_)) {
-        "anticompaction"
-    } else {
-        "split"
+/// A failure as the CLI reports it: `error[<reason>]: <message>` on stderr, or with `--json`
+/// one object `{"error": {"reason", "message", "path"}}` on stdout. Exit status 1.
+pub struct Failed {
+    pub reason: Reason,
+    pub message: String,
+    pub path: PathBuf,
+}
+
+impl From<SplitError> for Failed {
+    fn from(e: SplitError) -> Failed {
+        Failed {
+            reason: e.reason(),
+            path: e.path().to_path_buf(),
+            message: e.to_string(),
+        }
     }
-    .to_string();
-    let opts = SplitOptions {
-        cut,
+}
+
+impl Failed {
+    pub fn print(&self, json: bool) -> ExitCode {
+        if json {
+            let v = serde_json::json!({"error": {
+                "reason": self.reason.as_str(),
+                "message": self.message,
+                "path": self.path,
+            }});
+            println!("{v}");
+        } else {
+            eprintln!("cleave: error[{}]: {}", self.reason, self.message);
+        }
+        ExitCode::from(1)
+    }
+}
+
+pub fn run(a: SplitArgs) -> Result<ExitCode> {
+    match split(&a) {
+        Ok(report) => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print_human(&report);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(f) => Ok(f.print(a.json)),
+    }
+}
+
+fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
+    let parent = Parent::open(&a.parent).map_err(SplitError::from)?;
+    let cut = cut_from_args(a, parent.table()).map_err(|e| Failed {
+        reason: Reason::InvalidRequest,
+        message: format!("{e:#}"),
+        path: a.ranges.clone().unwrap_or_else(|| a.parent.clone()),
+    })?;
+    let policy = Policy {
         layout: match a.layout {
             LayoutArg::Auto => None,
             LayoutArg::Aligned => Some(Layout::Aligned),
@@ -148,26 +196,23 @@ pub fn run(a: SplitArgs) -> Result<ExitCode> {
         allow_padded: a.target_data_access == DataAccess::Standard,
         digest: a.digest,
         merge_below_chunks: a.merge_below_chunks,
+        throttle: None,
+    };
+    let target = Target {
         out_dir: a.out.clone(),
         publish: a.publish,
         dry_run: a.dry_run,
-        operation,
     };
-    let index_len = t.size_of(&Component::Index).unwrap_or(0);
+    let index_len = parent.table().size_of(&Component::Index).unwrap_or(0);
     let bar = super::progress::bytes_bar(2 * index_len, "splitting");
-    let report = execute::split(&a.parent, &opts, &mut |p| match p {
-        Progress::Index { pass, bytes, .. } => {
+    let r = engine::run(&parent, &cut, &policy, &target, &mut |p| match p {
+        RunProgress::Index { pass, bytes, .. } => {
             bar.set_position((pass as u64 - 1) * index_len + bytes)
         }
-        Progress::ChildDone { .. } => {}
-    })?;
+        RunProgress::ChildDone { .. } => {}
+    });
     bar.finish_and_clear();
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_human(&report);
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(r?)
 }
 
 fn mib(b: u64) -> String {
@@ -194,7 +239,7 @@ fn print_human(r: &SplitReport) {
                 mib(p.predicted.bytes_shared),
                 mib(p.predicted.bytes_copied),
                 mib(p.predicted.bytes_reencoded),
-                p.fallback_reason.as_ref().map(|r| format!(" — {r}")).unwrap_or_default()
+                p.fallback.as_ref().map(|r| format!(" — {r}")).unwrap_or_default()
             );
         }
         return;
@@ -210,9 +255,9 @@ fn print_human(r: &SplitReport) {
             mib(c.bytes_shared),
             mib(c.bytes_copied),
             mib(c.bytes_reencoded),
-            c.fallback_reason
+            c.fallback
                 .as_ref()
-                .map(|r| format!(" — fallback: {r}"))
+                .map(|r| format!(" — fallback [{}]: {r}", r.reason()))
                 .unwrap_or_default()
         );
     }

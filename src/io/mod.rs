@@ -3,6 +3,7 @@
 
 pub mod at;
 pub mod copy;
+pub mod durable;
 pub mod fault;
 pub mod fs;
 pub mod loopfs;

@@ -8,11 +8,12 @@ use std::sync::Arc;
 
 use super::crd::{self, AnticompactionJobSpec, JobStatus, SSTableResult};
 use super::decide;
-use crate::split::execute::{self, DigestPolicy, SplitError, SplitOptions};
 use crate::split::plan::Layout;
 use crate::split::publish::{self, Publish};
 use crate::split::spec::Cut;
-use crate::sstable::{Component, Descriptor, Format, SSTable};
+use crate::split::{self, DigestPolicy, Parent, Policy, SplitError, SplitReport, Target};
+use crate::sstable::statistics::Statistics;
+use crate::sstable::{Component, Descriptor, Format};
 
 /// Where a job's staged children go: a subdirectory of the table directory (same
 /// filesystem; not dot-prefixed, which Cassandra would take for a secondary index).
@@ -33,15 +34,11 @@ impl Failure {
     }
 }
 
+/// The split's own reason, verbatim (`crate::reason::Reason`): a full disk is
+/// `InsufficientSpace`, a bad chunk `CorruptSSTable`, a live Cassandra `CassandraRunning`.
 impl From<SplitError> for Failure {
     fn from(e: SplitError) -> Failure {
-        let reason = match &e {
-            SplitError::Format(_) => "CorruptSSTable",
-            SplitError::Invalid(_) => "InvalidSplit",
-            SplitError::Refused(_) => "Refused",
-            SplitError::Check(_) => "CheckFailed",
-        };
-        Failure::new(reason, e.to_string())
+        Failure::new(e.reason().as_str(), e.to_string())
     }
 }
 
@@ -106,9 +103,13 @@ pub fn find_sstables(
             if desc.format != Format::Big || !desc.version.is_supported_big() {
                 continue;
             }
-            let t = SSTable::open(&p).map_err(|e| Failure::new("CorruptSSTable", e.to_string()))?;
-            let unrepaired = t
-                .statistics
+            // Only Statistics.db is read here: the parent itself is opened once, by the split.
+            let stats_path = desc.path(&Component::Statistics);
+            let statistics = std::fs::read(&stats_path)
+                .map_err(|e| crate::sstable::FormatError::io(&stats_path, e))
+                .and_then(|b| Statistics::parse(&stats_path, &b, desc.version))
+                .map_err(|e| Failure::new("CorruptSSTable", e.to_string()))?;
+            let unrepaired = statistics
                 .stats
                 .as_ref()
                 .is_some_and(|s| s.repaired_at == 0 && s.pending_repair.flatten().is_none());
@@ -154,7 +155,7 @@ pub enum Step<'a> {
     },
     Done {
         result: &'a SSTableResult,
-        report: &'a execute::SplitReport,
+        report: &'a SplitReport,
     },
 }
 
@@ -214,10 +215,9 @@ pub fn run(
         if cancel.load(Ordering::Relaxed) {
             return Ok(Outcome::Cancelled);
         }
-        let t =
-            SSTable::open(&parent).map_err(|e| Failure::new("CorruptSSTable", e.to_string()))?;
-        let ranges =
-            decide::validate_ranges(spec, t.partitioner).map_err(|(r, m)| Failure::new(&r, m))?;
+        let opened = Parent::open(&parent).map_err(SplitError::from)?;
+        let ranges = decide::validate_ranges(spec, opened.table().partitioner)
+            .map_err(|(r, m)| Failure::new(&r, m))?;
         let table_dir = parent.parent().map(Path::to_path_buf).unwrap_or_default();
         let out_dir = match spec.publish {
             _ if spec.dry_run => table_dir.clone(),
@@ -226,8 +226,7 @@ pub fn run(
         };
         std::fs::create_dir_all(&out_dir)
             .map_err(|e| Failure::new("Refused", format!("{}: {e}", out_dir.display())))?;
-        let opts = SplitOptions {
-            cut: Cut::Ranges(ranges),
+        let policy = Policy {
             layout,
             allow_padded: spec.layout == crd::Layout::Padded,
             digest: match spec.digest {
@@ -236,15 +235,17 @@ pub fn run(
                 crd::Digest::Full => DigestPolicy::Full,
             },
             merge_below_chunks: 8,
+            throttle: None,
+        };
+        let target = Target {
             out_dir,
             publish: match spec.publish {
                 crd::Publish::Stage => Publish::Stage,
                 crd::Publish::Replace => Publish::Replace,
             },
             dry_run: spec.dry_run,
-            operation: "anticompaction".into(),
         };
-        let report = execute::split(&parent, &opts, &mut |_| {})?;
+        let report = split::run(&opened, &Cut::Ranges(ranges), &policy, &target, &mut |_| {})?;
         let result = SSTableResult {
             parent: parent.to_string_lossy().to_string(),
             children: report
@@ -259,7 +260,7 @@ pub fn run(
             fallback_reason: report
                 .children
                 .iter()
-                .find_map(|c| c.fallback_reason.clone()),
+                .find_map(|c| c.fallback.as_ref().map(|f| f.to_string())),
             bytes_shared: report.bytes_shared,
             bytes_copied: report.bytes_copied,
             bytes_reencoded: report.bytes_reencoded,

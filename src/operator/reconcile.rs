@@ -294,11 +294,8 @@ async fn run<S: Store>(
                         .with_label_values(&["AnticompactionJob", "split"])
                         .inc();
                     for c in &report.children {
-                        if let Some(r) = &c.fallback_reason {
-                            metrics
-                                .fallbacks
-                                .with_label_values(&[fallback_label(r)])
-                                .inc();
+                        if let Some(f) = &c.fallback {
+                            metrics.fallbacks.with_label_values(&[f.reason()]).inc();
                         }
                     }
                 }
@@ -417,25 +414,6 @@ async fn run<S: Store>(
                 .await;
             Ok(Action::await_change())
         }
-    }
-}
-
-/// A bounded label for a fallback reason (metrics labels must not be free text).
-pub fn fallback_label(reason: &str) -> &'static str {
-    if reason.contains("EOPNOTSUPP") || reason.contains("shared extents") {
-        "reflink_not_supported"
-    } else if reason.contains("EXDEV") {
-        "cross_device"
-    } else if reason.contains("no LZ4 encoding") {
-        "no_aligned_encoding"
-    } else if reason.contains("needs LZ4") {
-        "codec"
-    } else if reason.contains("padded needs") {
-        "padded_not_allowed"
-    } else if reason.contains("refused mid-way") {
-        "clone_refused"
-    } else {
-        "other"
     }
 }
 

@@ -3,21 +3,24 @@
 //! the key fingerprint, and finally Statistics.db.
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::spec::RepairTriple;
+use crate::sstable::checksum::{ChunkChecksums, Digest};
 use crate::sstable::filter::BloomFilter;
 use crate::sstable::fingerprint::Fingerprint;
 use crate::sstable::index::IndexWriter;
 use crate::sstable::statistics::{EstimatedHistogram, Statistics};
 use crate::sstable::summary::SummaryBuilder;
+use crate::sstable::{Component, SSTable, Toc};
 use crate::sstable::{FormatError, Result, Version};
 
-/// Accumulates one child's index-derived components.
-pub struct IndexSide {
+/// Accumulates one child's index-derived components; Index.db goes to `W` (a file for a
+/// split, a buffer for a stream sender).
+pub struct IndexSide<W: Write> {
     pub index_path: PathBuf,
-    index: IndexWriter<BufWriter<File>>,
+    index: IndexWriter<W>,
     summary: SummaryBuilder,
     filter: Option<BloomFilter>,
     partition_sizes: EstimatedHistogram,
@@ -29,27 +32,73 @@ pub struct IndexSide {
     pub last_position: u64,
 }
 
-impl IndexSide {
-    pub fn create(
-        index_path: &Path,
-        min_index_interval: i32,
-        filter: Option<BloomFilter>,
-        histogram_buckets: usize,
-    ) -> Result<IndexSide> {
-        let f = File::create(index_path).map_err(|e| FormatError::io(index_path, e))?;
-        Ok(IndexSide {
+/// What every child's index side is built with, read from the parent once.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexShape {
+    pub min_index_interval: i32,
+    pub fp_chance: f64,
+    pub want_filter: bool,
+    pub histogram_buckets: usize,
+}
+
+impl IndexShape {
+    pub fn of(t: &SSTable) -> Result<IndexShape> {
+        Ok(IndexShape {
+            min_index_interval: t.summary()?.map_or(128, |s| s.min_index_interval),
+            fp_chance: t
+                .statistics
+                .validation
+                .as_ref()
+                .map_or(0.01, |v| v.bloom_filter_fp_chance),
+            want_filter: t.size_of(&Component::Filter).unwrap_or(0) > 0,
+            histogram_buckets: t
+                .statistics
+                .stats
+                .as_ref()
+                .map_or(155, |s| s.partition_sizes.pairs.len().saturating_sub(1)),
+        })
+    }
+
+    fn filter(&self, partitions: u64) -> Option<BloomFilter> {
+        if self.want_filter {
+            BloomFilter::with_capacity(partitions, self.fp_chance)
+        } else {
+            None
+        }
+    }
+}
+
+impl IndexSide<BufWriter<File>> {
+    pub fn create(index_path: &Path, shape: &IndexShape, partitions: u64) -> Result<Self> {
+        let f = File::options()
+            .write(true)
+            .create_new(true)
+            .open(index_path)
+            .map_err(|e| FormatError::io(index_path, e))?;
+        Ok(IndexSide::new(
+            index_path,
+            BufWriter::with_capacity(1 << 20, f),
+            shape,
+            partitions,
+        ))
+    }
+}
+
+impl<W: Write> IndexSide<W> {
+    pub fn new(index_path: &Path, out: W, shape: &IndexShape, partitions: u64) -> Self {
+        IndexSide {
             index_path: index_path.to_path_buf(),
             // Positions arrive already rebased; the writer's own base is 0.
-            index: IndexWriter::new(BufWriter::with_capacity(1 << 20, f), 0),
-            summary: SummaryBuilder::new(min_index_interval),
-            filter,
-            partition_sizes: EstimatedHistogram::empty(histogram_buckets),
+            index: IndexWriter::new(out, 0),
+            summary: SummaryBuilder::new(shape.min_index_interval),
+            filter: shape.filter(partitions),
+            partition_sizes: EstimatedHistogram::empty(shape.histogram_buckets),
             fingerprint: Fingerprint::default(),
             first_key: None,
             last_key: Vec::new(),
             first_position: None,
             last_position: 0,
-        })
+        }
     }
 
     /// One partition: its key, its position in the child, its size in bytes, and its
@@ -82,24 +131,24 @@ impl IndexSide {
         Ok(())
     }
 
-    /// Flushes and fsyncs Index.db; returns the finished pieces.
-    pub fn finish(self) -> Result<IndexParts> {
+    /// Flushes Index.db; returns its sink (durable later, with the child's other files)
+    /// and the finished pieces.
+    pub fn finish(self) -> Result<(W, IndexParts)> {
         let path = self.index_path.clone();
         let w = self.index.finish().map_err(|e| FormatError::io(&path, e))?;
-        let f = w
-            .into_inner()
-            .map_err(|e| FormatError::io(&path, e.into_error()))?;
-        f.sync_all().map_err(|e| FormatError::io(&path, e))?;
-        Ok(IndexParts {
-            summary: self.summary,
-            filter: self.filter,
-            partition_sizes: self.partition_sizes,
-            fingerprint: self.fingerprint,
-            first_key: self.first_key.unwrap_or_default(),
-            last_key: self.last_key,
-            first_position: self.first_position.unwrap_or(0),
-            last_position: self.last_position,
-        })
+        Ok((
+            w,
+            IndexParts {
+                summary: self.summary,
+                filter: self.filter,
+                partition_sizes: self.partition_sizes,
+                fingerprint: self.fingerprint,
+                first_key: self.first_key.unwrap_or_default(),
+                last_key: self.last_key,
+                first_position: self.first_position.unwrap_or(0),
+                last_position: self.last_position,
+            },
+        ))
     }
 }
 
@@ -159,4 +208,61 @@ pub fn child_statistics(
         }
     }
     s
+}
+
+/// A rebuilt component ready to be written or sent.
+pub type Built = (Component, Vec<u8>);
+
+/// The child's small components but CompressionInfo.db (streamed from the parent's offsets)
+/// and TOC.txt (written last): CRC.db, Summary.db, Filter.db, Statistics.db, Digest.crc32.
+pub fn rebuilt_components(
+    parent: &SSTable,
+    parts: &IndexParts,
+    triple: Option<RepairTriple>,
+    data_length: u64,
+    file_size: u64,
+    crc: Option<&ChunkChecksums>,
+    digest: Option<u32>,
+) -> Vec<Built> {
+    let mut out = Vec::with_capacity(5);
+    if let Some(crc) = crc {
+        out.push((Component::Crc, crc.serialize()));
+    }
+    out.push((Component::Summary, parts.summary_clone().serialize()));
+    if let Some(f) = &parts.filter {
+        out.push((Component::Filter, f.serialize(parent.old_filter_layout())));
+    }
+    let compression_ratio = parent.compression.as_ref().map(|_| {
+        if data_length == 0 {
+            -1.0
+        } else {
+            file_size as f64 / data_length as f64
+        }
+    });
+    let stats = child_statistics(
+        &parent.statistics,
+        parent.descriptor.version,
+        parts,
+        triple,
+        compression_ratio,
+    );
+    out.push((
+        Component::Statistics,
+        stats.serialize(parent.descriptor.version),
+    ));
+    if let Some(crc32) = digest {
+        out.push((Component::Digest, Digest { crc32 }.serialize()));
+    }
+    out
+}
+
+/// TOC.txt listing Data, Index, CompressionInfo (when compressed), the rebuilt ones, itself.
+pub fn toc(compressed: bool, rebuilt: &[Built]) -> Vec<u8> {
+    let mut c = vec![Component::Data, Component::Index];
+    if compressed {
+        c.push(Component::CompressionInfo);
+    }
+    c.extend(rebuilt.iter().map(|(c, _)| c.clone()));
+    c.push(Component::Toc);
+    Toc { components: c }.serialize()
 }

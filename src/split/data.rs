@@ -11,8 +11,11 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Arc;
 
+use super::fallback::Fallback;
 use super::plan::{Geometry, Layout};
+use crate::io::throttle::TokenBucket;
 use crate::io::{copy, reflink};
 use crate::sstable::checksum::ChunkChecksums;
 use crate::sstable::compression::{Codec, CompressionInfo};
@@ -24,11 +27,13 @@ use crate::sstable::{FormatError, Result};
 /// modulo 64 KiB.
 pub const PAD_ALIGNMENT: u64 = 64 * 1024;
 
-/// What writing one child's Data.db produced.
-#[derive(Debug, Clone, Default)]
+/// What writing one child's Data.db produced. `file` is the written, not yet durable
+/// Data.db: the caller hands it to its `io::durable::Batch`.
+#[derive(Debug, Default)]
 pub struct DataResult {
     /// Child chunk offsets (compressed parents).
-    pub offsets: Vec<u64>,
+    pub offsets: ChildOffsets,
+    pub file: Option<File>,
     pub data_length: u64,
     pub file_size: u64,
     /// CRC.db of the child (uncompressed parents with a CRC.db).
@@ -36,23 +41,128 @@ pub struct DataResult {
     /// CRC32 of the whole Data.db, when derived from chunk CRCs (`--digest combine`).
     pub combined_digest: Option<u32>,
     pub layout: Option<Layout>,
-    pub fallback_reason: Option<String>,
+    pub fallback: Option<Fallback>,
     pub bytes_shared: u64,
     pub bytes_copied: u64,
     pub bytes_reencoded: u64,
 }
 
-/// The parent's Data.db opened for reading chunks and ranges.
-pub struct ParentData {
-    pub path: std::path::PathBuf,
-    pub file: File,
-    pub file_size: u64,
-    pub reader: DataReader,
-    pub compression: Option<CompressionInfo>,
-    pub crc: Option<ChunkChecksums>,
+/// A child's chunk offsets without a copy of the parent's: the chunks cleave encodes
+/// (`head`, `tail`) are its own, the interior is a window `[from, to)` on the parent's
+/// offsets moved by the same distance (`dst_start - src_start`). Iterated when
+/// CompressionInfo.db is written, never collected.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChildOffsets {
+    pub head: Vec<u64>,
+    /// Parent chunks `[from, to)` whose first byte `src_start` lands at `dst_start`.
+    pub interior: Option<InteriorChunks>,
+    pub tail: Vec<u64>,
 }
 
-impl ParentData {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InteriorChunks {
+    pub from: u64,
+    pub to: u64,
+    pub src_start: u64,
+    pub dst_start: u64,
+}
+
+impl ChildOffsets {
+    pub fn len(&self) -> usize {
+        self.head.len() + self.interior.map_or(0, |i| (i.to - i.from) as usize) + self.tail.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Every offset in order; `parent` is the parent's offsets (borrowed, held once).
+    pub fn iter<'a>(&'a self, parent: &'a [u64]) -> impl Iterator<Item = u64> + 'a {
+        let interior = self.interior.into_iter().flat_map(move |i| {
+            parent[i.from as usize..i.to as usize]
+                .iter()
+                .map(move |o| o - i.src_start + i.dst_start)
+        });
+        self.head
+            .iter()
+            .copied()
+            .chain(interior)
+            .chain(self.tail.iter().copied())
+    }
+}
+
+/// The child's CompressionInfo.db: the parent's header, the child's `dataLength`, and its
+/// offsets streamed from the parent's (8 bytes a chunk are never held for the child).
+pub fn write_compression_info<W: std::io::Write>(
+    out: &mut W,
+    parent: &CompressionInfo,
+    data_length: u64,
+    offsets: &ChildOffsets,
+) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(128);
+    parent.serialize_header(&mut head);
+    head.extend_from_slice(&(data_length as i64).to_be_bytes());
+    head.extend_from_slice(&(offsets.len() as i32).to_be_bytes());
+    out.write_all(&head)?;
+    for o in offsets.iter(&parent.offsets) {
+        out.write_all(&(o as i64).to_be_bytes())?;
+    }
+    Ok(())
+}
+
+/// One piece of a child's Data.db, at child file offset `dst`: a parent byte range carried
+/// verbatim (shared by reflink where the offsets allow, else copied — or sent), or bytes
+/// cleave encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    Parent { dst: u64, src: u64, len: u64 },
+    Bytes { dst: u64, bytes: Vec<u8> },
+}
+
+impl Segment {
+    pub fn dst(&self) -> u64 {
+        match self {
+            Segment::Parent { dst, .. } | Segment::Bytes { dst, .. } => *dst,
+        }
+    }
+    pub fn len(&self) -> u64 {
+        match self {
+            Segment::Parent { len, .. } => *len,
+            Segment::Bytes { bytes, .. } => bytes.len() as u64,
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A compressed child's Data.db decided but not written: what a writer writes and what a
+/// stream sender sends.
+#[derive(Debug, Clone)]
+pub struct DataLayout {
+    pub segments: Vec<Segment>,
+    pub offsets: ChildOffsets,
+    pub data_length: u64,
+    pub file_size: u64,
+    pub layout: Layout,
+    pub fallback: Option<Fallback>,
+    /// Parent chunks `[from, to]` carried verbatim (their CRC trailers give the digest).
+    pub interior: Option<(u64, u64)>,
+    /// `padded`: zeros before the first chunk (the first segment).
+    pub pad: u64,
+}
+
+/// The parent's Data.db opened for reading chunks and ranges.
+pub struct ParentData<'p> {
+    pub path: std::path::PathBuf,
+    pub file: &'p File,
+    pub file_size: u64,
+    pub reader: DataReader,
+    pub compression: Option<&'p CompressionInfo>,
+    pub crc: Option<&'p ChunkChecksums>,
+    /// `maxBytesPerSecond`: taken for bytes copied or re-encoded, never for shared extents.
+    pub throttle: Option<Arc<TokenBucket>>,
+}
+
+impl ParentData<'_> {
     fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         let mut b = vec![0u8; len];
         self.file
@@ -72,6 +182,7 @@ struct Out<'a> {
     copied: u64,
     reencoded: u64,
     clone_refusal: Option<reflink::CloneRefusal>,
+    throttle: Option<Arc<TokenBucket>>,
 }
 
 impl<'a> Out<'a> {
@@ -91,10 +202,23 @@ impl<'a> Out<'a> {
             copied: 0,
             reencoded: 0,
             clone_refusal: None,
+            throttle: None,
         })
     }
 
+    fn throttled(mut self, t: Option<Arc<TokenBucket>>) -> Self {
+        self.throttle = t;
+        self
+    }
+
+    fn take(&self, n: u64) {
+        if let Some(t) = &self.throttle {
+            t.take_blocking(n);
+        }
+    }
+
     fn write(&mut self, b: &[u8]) -> Result<()> {
+        self.take(b.len() as u64);
         self.file
             .write_all_at(b, self.pos)
             .map_err(|e| FormatError::io(self.path, e))?;
@@ -120,12 +244,14 @@ impl<'a> Out<'a> {
         let dst = self.pos;
         let map_io = |e: std::io::Error| FormatError::io(self.path, e);
         if block == 0 || src % block != dst % block || self.clone_refusal.is_some() {
+            self.take(len);
             copy::copy_range(parent, src, len, &self.file, dst).map_err(map_io)?;
             self.copied += len;
         } else {
             let head = ((block - dst % block) % block).min(len);
             let body = (len - head) / block * block;
             let tail = len - head - body;
+            self.take(head + tail);
             copy::copy_range(parent, src, head, &self.file, dst).map_err(map_io)?;
             let mut copied = head + tail;
             if body > 0 {
@@ -134,6 +260,7 @@ impl<'a> Out<'a> {
                     Err(refusal) => {
                         // The probe said yes but this range was refused: copy it and say so.
                         self.clone_refusal = Some(refusal);
+                        self.take(body);
                         copy::copy_range(parent, src + head, body, &self.file, dst + head)
                             .map_err(map_io)?;
                         copied += body;
@@ -154,14 +281,11 @@ impl<'a> Out<'a> {
         Ok(())
     }
 
+    /// Written, not yet durable: the caller's `io::durable::Batch` fsyncs the file (with
+    /// the child's other files, concurrently) and then drops it from the page cache.
     fn finish(self) -> Result<Written> {
-        self.file
-            .sync_all()
-            .map_err(|e| FormatError::io(self.path, e))?;
-        // Written and durable: keep it out of the page cache (Cassandra itself does not
-        // fadvise writes, but nothing reads these bytes soon and they would evict hot pages).
-        crate::io::fs::drop_cache(&self.file, 0, 0);
         Ok(Written {
+            file: self.file,
             file_size: self.pos,
             digest: self.digest.map(|d| d.finalize()),
             shared: self.shared,
@@ -174,6 +298,7 @@ impl<'a> Out<'a> {
 
 /// What `Out::finish` reports.
 struct Written {
+    file: File,
     file_size: u64,
     digest: Option<u32>,
     shared: u64,
@@ -239,22 +364,23 @@ fn combine_interior(
     Ok(())
 }
 
-/// A compressed child in `aligned`, `padded` or `copy`. `want` is the requested layout,
-/// `block` the reflink unit (0: the target cannot share, and `no_share_reason` says why).
+/// Decides a compressed child's Data.db in `aligned`, `padded` or `copy` without writing
+/// it: reads and re-encodes the two end chunks, lays out the interior as one parent range.
+/// `want` is the requested layout, `block` the reflink unit (0: the target cannot share,
+/// and `no_share` says why).
 #[allow(clippy::too_many_arguments)]
-pub fn write_compressed(
+pub fn compressed_layout(
     parent: &mut ParentData,
     g: &Geometry,
     end_position: u64,
     want: Layout,
     allow_padded: bool,
     block: u64,
-    no_share_reason: Option<&str>,
-    combine_digest: bool,
+    no_share: Option<reflink::CloneRefusal>,
     out_path: &Path,
-) -> Result<DataResult> {
+) -> Result<DataLayout> {
     // Borrowed, not cloned: the offsets are 8 bytes a chunk of the parent.
-    let ci = parent.compression.as_ref().ok_or_else(|| {
+    let ci = parent.compression.ok_or_else(|| {
         FormatError::corrupt(
             &parent.path,
             None,
@@ -311,7 +437,7 @@ pub fn write_compressed(
 
     // Decide the layout and the first chunk's encoding.
     let mut layout = want;
-    let mut reason: Option<String> = None;
+    let mut fallback: Option<Fallback> = None;
     let mut pad = 0u64;
     let max_ok = |len: usize| {
         ci.max_compressed_length
@@ -322,14 +448,15 @@ pub fn write_compressed(
         if let Some((s1, _)) = interior {
             if block == 0 {
                 layout = Layout::Copy;
-                reason = Some(
-                    no_share_reason
-                        .unwrap_or("the target cannot share extents")
-                        .to_string(),
-                );
+                fallback = Some(Fallback::NoShare(
+                    no_share.unwrap_or(reflink::CloneRefusal::NotSupported),
+                ));
             } else if ci.codec() != Codec::Lz4 {
                 layout = Layout::Copy;
-                reason = Some(format!("{want:?} needs LZ4 chunks to tune the first chunk's length; the parent uses {}", ci.compressor).to_lowercase());
+                fallback = Some(Fallback::Codec {
+                    layout: want,
+                    compressor: ci.compressor.clone(),
+                });
             } else {
                 if want == Layout::Aligned {
                     let t = LengthTarget::Residue {
@@ -340,10 +467,11 @@ pub fn write_compressed(
                     first_payload =
                         lz4::encode_tuned(dead, &first[dead..], t).filter(|p| max_ok(p.len()));
                     if first_payload.is_none() {
-                        reason = Some(format!(
-                            "no LZ4 encoding of the first chunk (dead prefix {dead} bytes) puts the next chunk at offset {} mod {block}",
-                            s1 % block
-                        ));
+                        fallback = Some(Fallback::NoAlignedEncoding {
+                            dead_prefix: dead as u64,
+                            residue: s1 % block,
+                            block,
+                        });
                         layout = if allow_padded {
                             Layout::Padded
                         } else {
@@ -362,10 +490,9 @@ pub fn write_compressed(
                             pad = s0 % PAD_ALIGNMENT;
                         }
                         None => {
-                            let why = format!("no LZ4 encoding of the first chunk has its original length {exact}");
-                            reason = Some(match reason {
-                                Some(r) => format!("{r}; {why}"),
-                                None => why,
+                            fallback = Some(Fallback::NoExactEncoding {
+                                length: exact as u64,
+                                after_aligned: fallback.is_some(),
                             });
                             layout = Layout::Copy;
                         }
@@ -379,37 +506,105 @@ pub fn write_compressed(
         None => encode_chunk(out_path, ci, &first)?,
     };
 
-    let mut out = Out::create(out_path, combine_digest)?;
-    let mut offsets = Vec::with_capacity((j - k + 2) as usize);
+    let mut segments = Vec::with_capacity(5);
+    let mut pos = 0u64;
+    fn push_bytes(segments: &mut Vec<Segment>, pos: &mut u64, bytes: Vec<u8>) -> u64 {
+        let dst = *pos;
+        *pos += bytes.len() as u64;
+        segments.push(Segment::Bytes { dst, bytes });
+        dst
+    }
     if pad > 0 {
         // CEP-66's head pad: zeros before offsets[0], never read by a non-mmap reader.
-        out.write(&vec![0u8; pad as usize])?;
-        out.copied += pad;
+        push_bytes(&mut segments, &mut pos, vec![0u8; pad as usize]);
     }
-    offsets.push(out.chunk(&first_payload)?);
+    let mut offsets = ChildOffsets::default();
+    offsets
+        .head
+        .push(push_bytes(&mut segments, &mut pos, with_crc(first_payload)));
     if let Some((s1, sj)) = interior {
-        let d1 = out.pos;
-        for i in k + 1..j {
-            offsets.push(d1 + (ci.offsets[i as usize] - s1));
-        }
-        let share_block = if layout == Layout::Copy { 0 } else { block };
-        // The digest of the interior comes from its stored CRCs; do not hash it as written.
-        let digest = out.digest.take();
-        out.parent_range(&parent.file, s1, sj - s1, share_block)?;
-        out.digest = digest;
-        if let Some(d) = out.digest.as_mut() {
-            combine_interior(d, parent, ci, k + 1, j - 1)?;
-        }
+        offsets.interior = Some(InteriorChunks {
+            from: k + 1,
+            to: j,
+            src_start: s1,
+            dst_start: pos,
+        });
+        segments.push(Segment::Parent {
+            dst: pos,
+            src: s1,
+            len: sj - s1,
+        });
+        pos += sj - s1;
     }
     if let Some(last) = &last {
         let p = encode_chunk(out_path, ci, last)?;
-        offsets.push(out.chunk(&p)?);
+        offsets
+            .tail
+            .push(push_bytes(&mut segments, &mut pos, with_crc(p)));
     }
     if g.extra_chunk {
         let p = extra_chunk(out_path, ci)?;
-        offsets.push(out.chunk(&p)?);
+        offsets
+            .tail
+            .push(push_bytes(&mut segments, &mut pos, with_crc(p)));
+    }
+    Ok(DataLayout {
+        segments,
+        offsets,
+        data_length: g.data_length,
+        file_size: pos,
+        layout,
+        fallback,
+        interior: interior.map(|_| (k + 1, j - 1)),
+        pad,
+    })
+}
+
+/// A chunk cleave encoded as stored: payload then its big-endian CRC32.
+fn with_crc(mut payload: Vec<u8>) -> Vec<u8> {
+    let crc = crc32fast::hash(&payload);
+    payload.extend_from_slice(&crc.to_be_bytes());
+    payload
+}
+
+/// Writes a decided layout: encoded bytes written, parent ranges shared by whole blocks
+/// (unless the layout is `copy`) and copied at the partial blocks.
+pub fn write_layout(
+    parent: &ParentData,
+    d: DataLayout,
+    block: u64,
+    combine_digest: bool,
+    out_path: &Path,
+) -> Result<DataResult> {
+    let ci = parent.compression;
+    let mut out = Out::create(out_path, combine_digest)?.throttled(parent.throttle.clone());
+    let share_block = if d.layout == Layout::Copy { 0 } else { block };
+    for (i, s) in d.segments.iter().enumerate() {
+        match s {
+            Segment::Bytes { bytes, .. } => {
+                out.write(bytes)?;
+                if i == 0 && d.pad > 0 {
+                    out.copied += bytes.len() as u64;
+                } else {
+                    out.reencoded += bytes.len() as u64;
+                }
+            }
+            Segment::Parent { src, len, .. } => {
+                // The digest of the interior comes from its stored CRCs; do not hash it as
+                // written.
+                let digest = out.digest.take();
+                out.parent_range(parent.file, *src, *len, share_block)?;
+                out.digest = digest;
+                if let (Some(dg), Some((from, to)), Some(ci)) =
+                    (out.digest.as_mut(), d.interior, ci)
+                {
+                    combine_interior(dg, parent, ci, from, to)?;
+                }
+            }
+        }
     }
     let Written {
+        file,
         file_size,
         digest,
         shared,
@@ -417,21 +612,50 @@ pub fn write_compressed(
         reencoded,
         refusal,
     } = out.finish()?;
+    let mut fallback = d.fallback;
     if let Some(r) = refusal {
-        reason = Some(format!("a clone was refused mid-way, copied instead: {r}"));
+        fallback = Some(Fallback::CloneRefused(r));
     }
     Ok(DataResult {
-        offsets,
-        data_length: g.data_length,
+        offsets: d.offsets,
+        file: Some(file),
+        data_length: d.data_length,
         file_size,
         crc: None,
         combined_digest: digest,
-        layout: Some(layout),
-        fallback_reason: reason,
+        layout: Some(d.layout),
+        fallback,
         bytes_shared: shared,
         bytes_copied: copied,
         bytes_reencoded: reencoded,
     })
+}
+
+/// A compressed child in `aligned`, `padded` or `copy`: `compressed_layout` then
+/// `write_layout`.
+#[allow(clippy::too_many_arguments)]
+pub fn write_compressed(
+    parent: &mut ParentData,
+    g: &Geometry,
+    end_position: u64,
+    want: Layout,
+    allow_padded: bool,
+    block: u64,
+    no_share: Option<reflink::CloneRefusal>,
+    combine_digest: bool,
+    out_path: &Path,
+) -> Result<DataResult> {
+    let d = compressed_layout(
+        parent,
+        g,
+        end_position,
+        want,
+        allow_padded,
+        block,
+        no_share,
+        out_path,
+    )?;
+    write_layout(parent, d, block, combine_digest, out_path)
 }
 
 /// An uncompressed child cut at a CRC-block-aligned base (`g.base`): the dead prefix is
@@ -444,7 +668,7 @@ pub fn write_uncompressed(
     unit: u64,
     want: Layout,
     block: u64,
-    no_share_reason: Option<&str>,
+    no_share: Option<reflink::CloneRefusal>,
     combine_digest: bool,
     out_path: &Path,
 ) -> Result<DataResult> {
@@ -454,7 +678,7 @@ pub fn write_uncompressed(
     first.extend_from_slice(
         &parent.read_at(g.base + g.dead_prefix, (first_len - g.dead_prefix) as usize)?,
     );
-    let mut out = Out::create(out_path, false)?;
+    let mut out = Out::create(out_path, false)?.throttled(parent.throttle.clone());
     out.write(&first)?;
     out.reencoded += first.len() as u64;
     let mut layout = if want == Layout::Copy {
@@ -462,20 +686,21 @@ pub fn write_uncompressed(
     } else {
         Layout::Aligned
     };
-    let mut reason = None;
+    let mut fallback = None;
     if dl > unit {
         let share = if layout == Layout::Copy {
             0
         } else if block == 0 {
-            reason = no_share_reason.map(str::to_string);
+            fallback = no_share.map(Fallback::NoShare);
             layout = Layout::Copy;
             0
         } else {
             block
         };
-        out.parent_range(&parent.file, g.base + unit, dl - unit, share)?;
+        out.parent_range(parent.file, g.base + unit, dl - unit, share)?;
     }
     let Written {
+        file,
         file_size,
         shared,
         copied,
@@ -484,7 +709,7 @@ pub fn write_uncompressed(
         ..
     } = out.finish()?;
     if let Some(r) = refusal {
-        reason = Some(format!("a clone was refused mid-way, copied instead: {r}"));
+        fallback = Some(Fallback::CloneRefused(r));
     }
     // CRC.db: whole middle blocks are the parent's; the first and a partial last are new.
     let crc = match &parent.crc {
@@ -525,13 +750,14 @@ pub fn write_uncompressed(
         _ => None,
     };
     Ok(DataResult {
-        offsets: Vec::new(),
+        offsets: ChildOffsets::default(),
+        file: Some(file),
         data_length: dl,
         file_size,
         crc,
         combined_digest,
         layout: Some(layout),
-        fallback_reason: reason,
+        fallback,
         bytes_shared: shared,
         bytes_copied: copied,
         bytes_reencoded: reencoded,
@@ -548,9 +774,9 @@ pub fn write_regrid(
     combine_digest: bool,
     out_path: &Path,
 ) -> Result<DataResult> {
-    let mut out = Out::create(out_path, combine_digest)?;
+    let mut out = Out::create(out_path, combine_digest)?.throttled(parent.throttle.clone());
     let total: u64 = runs.iter().map(|(a, b)| b - a).sum();
-    match parent.compression.clone() {
+    match parent.compression {
         Some(ci) => {
             let l = ci.chunk_length as u64;
             let mut buf: Vec<u8> = Vec::with_capacity(l as usize);
@@ -579,7 +805,7 @@ pub fn write_regrid(
                         buf.extend_from_slice(&piece[..take]);
                         piece = &piece[take..];
                         if buf.len() == l as usize {
-                            let p = encode_chunk(out_path, &ci, &buf)?;
+                            let p = encode_chunk(out_path, ci, &buf)?;
                             offsets.push(out.chunk(&p)?);
                             buf.clear();
                         }
@@ -587,14 +813,15 @@ pub fn write_regrid(
                 }
             }
             if !buf.is_empty() {
-                let p = encode_chunk(out_path, &ci, &buf)?;
+                let p = encode_chunk(out_path, ci, &buf)?;
                 offsets.push(out.chunk(&p)?);
             }
             if total.is_multiple_of(l) {
-                let p = extra_chunk(out_path, &ci)?;
+                let p = extra_chunk(out_path, ci)?;
                 offsets.push(out.chunk(&p)?);
             }
             let Written {
+                file,
                 file_size,
                 digest,
                 shared,
@@ -603,13 +830,17 @@ pub fn write_regrid(
                 ..
             } = out.finish()?;
             Ok(DataResult {
-                offsets,
+                offsets: ChildOffsets {
+                    head: offsets,
+                    ..Default::default()
+                },
+                file: Some(file),
                 data_length: total,
                 file_size,
                 crc: None,
                 combined_digest: digest,
                 layout: Some(Layout::Regrid),
-                fallback_reason: None,
+                fallback: None,
                 bytes_shared: shared,
                 bytes_copied: copied,
                 bytes_reencoded: reencoded,
@@ -645,6 +876,7 @@ pub fn write_regrid(
                 crcs.push(block.finalize());
             }
             let Written {
+                file,
                 file_size,
                 digest,
                 shared,
@@ -653,7 +885,8 @@ pub fn write_regrid(
                 ..
             } = out.finish()?;
             Ok(DataResult {
-                offsets: Vec::new(),
+                offsets: ChildOffsets::default(),
+                file: Some(file),
                 data_length: total,
                 file_size,
                 crc: parent.crc.as_ref().map(|c| ChunkChecksums {
@@ -662,7 +895,7 @@ pub fn write_regrid(
                 }),
                 combined_digest: digest,
                 layout: Some(Layout::Regrid),
-                fallback_reason: None,
+                fallback: None,
                 bytes_shared: shared,
                 bytes_copied: copied,
                 bytes_reencoded: reencoded,

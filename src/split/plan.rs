@@ -10,6 +10,7 @@
 //!
 //! Memory is O(children + runs), never O(partitions).
 
+use super::fallback::Fallback;
 use super::spec::{Cut, Label, RepairedRanges};
 use crate::sstable::{Partitioner, Token};
 
@@ -27,6 +28,10 @@ pub struct Run {
     pub last_key: Vec<u8>,
     pub first_token: String,
     pub last_token: String,
+    /// Parent Index.db bytes `[index_start, index_end)` holding the run's entries: a
+    /// builder of one child's components reads only these.
+    pub index_start: u64,
+    pub index_end: u64,
 }
 
 impl Run {
@@ -74,8 +79,15 @@ pub struct Grouper {
     cut: Cut,
     partitioner: Partitioner,
     data_length: u64,
-    /// For `Parts`: byte targets `i * data_length / N` and how a cut point is chosen.
-    parts_next: usize,
+    /// For `Parts`: children started so far (the open one included).
+    parts_made: usize,
+    /// For `Parts`: the last N-1 partition starts, from which cuts the stream did not make
+    /// are made at the end (the dead-prefix preference may move a cut, never drop it).
+    recent: std::collections::VecDeque<Boundary>,
+    /// For `Parts`: the first start past the open child's target, while the grouper waits
+    /// for one with the preferred dead prefix; the cut falls back to it if none comes.
+    deferred: Option<Boundary>,
+    defer_now: bool,
     /// Grid unit of the parent (chunk length; 64 KiB for uncompressed): `Parts` prefers a
     /// cut whose first partition starts at least `min_dead_prefix` into its unit, because
     /// the `aligned` layout re-encodes that dead prefix to align the rest.
@@ -106,7 +118,10 @@ impl Grouper {
             cut,
             partitioner,
             data_length,
-            parts_next: 1,
+            parts_made: 1,
+            recent: std::collections::VecDeque::new(),
+            deferred: None,
+            defer_now: false,
             grid: grid.max(1),
             min_dead_prefix,
             parts_patience: 0,
@@ -129,27 +144,30 @@ impl Grouper {
                 Group::Index(self.boundary_idx)
             }
             Cut::Parts(n) => {
-                let n = *n as u64;
-                let current = self.parts_next - 1;
-                if self.open.is_none() || (self.parts_next as u64) >= n {
+                let n = *n;
+                let current = self.parts_made - 1;
+                let Some(start) = self.open.as_ref().map(|o| o.run.first_position) else {
+                    return Group::Index(current);
+                };
+                if self.parts_made >= n {
                     return Group::Index(current);
                 }
-                let target = self.parts_next as u64 * self.data_length / n;
+                // The open child's fair share of what is left: the remaining bytes spread
+                // over the remaining children, so a large partition that carries us past
+                // a target moves the later targets instead of swallowing their cuts.
+                let remaining = (n - self.parts_made + 1) as u64;
+                let target = start + self.data_length.saturating_sub(start) / remaining;
                 if position < target {
                     return Group::Index(current);
                 }
                 let dead = position % self.grid;
                 if dead >= self.min_dead_prefix || self.parts_patience >= PARTS_PATIENCE {
-                    self.parts_next += 1;
+                    self.parts_made += 1;
                     self.parts_patience = 0;
-                    // A large partition may carry us past several targets at once.
-                    while (self.parts_next as u64) < n
-                        && position >= self.parts_next as u64 * self.data_length / n
-                    {
-                        self.parts_next += 1;
-                    }
+                    self.deferred = None;
                     Group::Index(current + 1)
                 } else {
+                    self.defer_now = self.parts_patience == 0;
                     self.parts_patience += 1;
                     Group::Index(current)
                 }
@@ -158,17 +176,39 @@ impl Grouper {
         }
     }
 
-    /// Feeds the next partition in index order.
-    pub fn push(&mut self, key: &[u8], token: &Token, position: u64) {
+    /// Feeds the next partition in index order; `index_offset` is where its entry starts in
+    /// the parent's Index.db.
+    pub fn push(&mut self, key: &[u8], token: &Token, position: u64, index_offset: u64) {
         let group = self.group_of(token, position);
         let token_s = token.to_string();
         let ordinal = self.ordinal;
         self.ordinal += 1;
+        if let Cut::Parts(n) = &self.cut {
+            if ordinal > 0 && *n > 1 {
+                if self.recent.len() == n - 1 {
+                    self.recent.pop_front();
+                }
+                let b = Boundary {
+                    ordinal,
+                    position,
+                    index_offset,
+                    key: key.to_vec(),
+                    token: token_s.clone(),
+                    prev_key: self.last_key.clone(),
+                    prev_token: self.last_token.clone(),
+                };
+                if std::mem::take(&mut self.defer_now) {
+                    self.deferred = Some(b.clone());
+                }
+                self.recent.push_back(b);
+            }
+        }
         match &mut self.open {
             Some(o) if o.group == group => {}
             _ => {
                 if let Some(mut o) = self.open.take() {
                     o.run.end_position = position;
+                    o.run.index_end = index_offset;
                     o.run.last_key = std::mem::take(&mut self.last_key);
                     o.run.last_token = std::mem::take(&mut self.last_token);
                     o.run.last_ordinal = ordinal - 1;
@@ -185,6 +225,8 @@ impl Grouper {
                         last_key: Vec::new(),
                         first_token: token_s.clone(),
                         last_token: String::new(),
+                        index_start: index_offset,
+                        index_end: index_offset,
                     },
                 });
             }
@@ -197,13 +239,26 @@ impl Grouper {
     /// Closes the last run; returns children in parent order, merged children last.
     /// `merge_below` is the size (in grid units) under which an anticompaction run joins its
     /// label's `regrid` child.
-    pub fn finish(mut self, merge_below_units: u64) -> Vec<PlannedChild> {
+    /// `index_length` is the parent's Index.db length (where the last run's entries end).
+    pub fn finish(mut self, merge_below_units: u64, index_length: u64) -> Vec<PlannedChild> {
         if let Some(mut o) = self.open.take() {
             o.run.end_position = self.data_length;
+            o.run.index_end = index_length;
             o.run.last_key = std::mem::take(&mut self.last_key);
             o.run.last_token = std::mem::take(&mut self.last_token);
             o.run.last_ordinal = self.ordinal - 1;
             self.runs.push((o.group, o.run));
+        }
+        if let Cut::Parts(n) = self.cut {
+            let want = (n as u64).min(self.ordinal) as usize;
+            // The cut that waited for a dead prefix in vain is made where it was due.
+            if let Some(b) = self.deferred.take() {
+                if self.runs.len() < want {
+                    self.recent.retain(|r| r.ordinal != b.ordinal);
+                    cut_at(&mut self.runs, b);
+                }
+            }
+            make_missing_cuts(&mut self.runs, &mut self.recent, want);
         }
         let mut children = Vec::new();
         let mut merged: Vec<PlannedChild> = Vec::new();
@@ -238,6 +293,80 @@ impl Grouper {
         merged.sort_by_key(|c| c.label);
         children.extend(merged);
         children
+    }
+}
+
+/// A partition start the `Parts` grouper may still cut at after the stream ended.
+#[derive(Debug, Clone)]
+struct Boundary {
+    ordinal: u64,
+    position: u64,
+    index_offset: u64,
+    key: Vec<u8>,
+    token: String,
+    prev_key: Vec<u8>,
+    prev_token: String,
+}
+
+/// `--parts N` gives exactly min(N, partitions) children: when the stream made fewer cuts
+/// (the last partitions are large, or all sit in one chunk and none has the preferred dead
+/// prefix), the missing cuts are made at the latest partition starts, each where it best
+/// evens the bytes of the run it splits. The last N-1 starts always hold enough candidates:
+/// at most (runs - 1) of them already start a run.
+fn make_missing_cuts(
+    runs: &mut Vec<(Group, Run)>,
+    recent: &mut std::collections::VecDeque<Boundary>,
+    want: usize,
+) {
+    while runs.len() < want {
+        // The candidate whose cut leaves the smaller of its two halves largest.
+        let mut best: Option<(usize, usize, u64)> = None;
+        for (bi, b) in recent.iter().enumerate() {
+            let Some(ri) = runs
+                .iter()
+                .position(|(_, r)| r.first_ordinal < b.ordinal && b.ordinal <= r.last_ordinal)
+            else {
+                continue;
+            };
+            let r = &runs[ri].1;
+            let smaller = (b.position - r.first_position).min(r.end_position - b.position);
+            if best.is_none_or(|(_, _, s)| smaller > s) {
+                best = Some((bi, ri, smaller));
+            }
+        }
+        let Some((bi, _, _)) = best else { return };
+        let Some(b) = recent.remove(bi) else { return };
+        cut_at(runs, b);
+    }
+}
+
+/// Splits the run holding partition `b.ordinal` so that a new run starts there.
+fn cut_at(runs: &mut Vec<(Group, Run)>, b: Boundary) {
+    let Some(ri) = runs
+        .iter()
+        .position(|(_, r)| r.first_ordinal < b.ordinal && b.ordinal <= r.last_ordinal)
+    else {
+        return;
+    };
+    {
+        let (group, left) = &mut runs[ri];
+        let group = *group;
+        let right = Run {
+            first_ordinal: b.ordinal,
+            last_ordinal: left.last_ordinal,
+            first_position: b.position,
+            end_position: left.end_position,
+            first_key: b.key,
+            last_key: std::mem::replace(&mut left.last_key, b.prev_key),
+            first_token: b.token,
+            last_token: std::mem::replace(&mut left.last_token, b.prev_token),
+            index_start: b.index_offset,
+            index_end: left.index_end,
+        };
+        left.last_ordinal = b.ordinal - 1;
+        left.end_position = b.position;
+        left.index_end = b.index_offset;
+        runs.insert(ri + 1, (group, right));
     }
 }
 
@@ -379,9 +508,156 @@ pub struct ChildPlan {
     /// Zero-copy layouts only.
     pub geometry: Option<Geometry>,
     pub predicted: Prediction,
-    /// Why the child does not get the requested layout, if it does not.
-    pub fallback_reason: Option<String>,
+    /// Why the child does not get the requested layout, if it does not (as planned; the
+    /// writer may add one, e.g. when no aligned encoding exists).
+    pub fallback: Option<Fallback>,
     pub label: Option<Label>,
+}
+
+/// Whether children get a Digest.crc32, and how it is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum DigestPolicy {
+    /// No Digest.crc32 (TOC omits it): fastest; `nodetool verify` then takes the extended
+    /// path, which rejects a dead prefix.
+    Off,
+    /// CRC32 of the child file derived from the chunk CRC trailers (reads 4 bytes a chunk).
+    Combine,
+    /// CRC32 of the child file read back in full.
+    Full,
+}
+
+/// How children are made, whatever the cut.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// `None` = auto: `aligned`, falling back per child.
+    pub layout: Option<Layout>,
+    /// `--target-data-access standard`: readers never mmap Data.db, so `padded` is allowed.
+    pub allow_padded: bool,
+    pub digest: DigestPolicy,
+    /// Anticompaction runs touching fewer chunks than this merge into one `regrid` child per label.
+    pub merge_below_chunks: u64,
+    /// `maxBytesPerSecond`: taken for copied, re-encoded and regrid bytes, never for
+    /// reflinked extents.
+    pub throttle: Option<std::sync::Arc<crate::io::throttle::TokenBucket>>,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            layout: None,
+            allow_padded: false,
+            digest: DigestPolicy::Off,
+            merge_below_chunks: 8,
+            throttle: None,
+        }
+    }
+}
+
+/// The parent's facts a plan is resolved against.
+#[derive(Debug, Clone, Copy)]
+pub struct Grid {
+    /// Chunk length, or the CRC.db block (64 KiB) of an uncompressed parent.
+    pub unit: u64,
+    /// Reflink block (0: the target cannot share extents).
+    pub block: u64,
+    /// Why it cannot, when it cannot.
+    pub no_share: Option<crate::io::reflink::CloneRefusal>,
+}
+
+/// Decides each child's layout, geometry and predicted bytes: pure.
+pub fn resolve(
+    children: Vec<PlannedChild>,
+    policy: &Policy,
+    grid: Grid,
+    compression: Option<(&[u64], u64)>,
+) -> Vec<ChildPlan> {
+    let Grid {
+        unit,
+        block,
+        no_share,
+    } = grid;
+    children
+        .into_iter()
+        .map(|c| {
+            let mut fallback = None;
+            let layout = if c.merged {
+                Layout::Regrid
+            } else {
+                let want = policy.layout.unwrap_or(Layout::Aligned);
+                if want == Layout::Padded && !policy.allow_padded {
+                    fallback = Some(Fallback::PaddedNotAllowed);
+                    Layout::Aligned
+                } else {
+                    want
+                }
+            };
+            let geometry = (layout != Layout::Regrid).then(|| {
+                let r = &c.runs[0];
+                geometry(r.first_position, r.end_position, unit)
+            });
+            let predicted = match (compression, geometry) {
+                (Some((offsets, file_size)), Some(g)) => {
+                    predict_compressed(layout, &g, offsets, file_size, block)
+                }
+                (None, Some(g)) => {
+                    let rest = g.data_length.saturating_sub(unit);
+                    let shared = if block > 0 && layout != Layout::Copy {
+                        rest / block * block
+                    } else {
+                        0
+                    };
+                    Prediction {
+                        bytes_shared: shared,
+                        bytes_copied: rest - shared,
+                        bytes_reencoded: g.data_length.min(unit),
+                    }
+                }
+                (_, None) => Prediction {
+                    bytes_reencoded: c.bytes(),
+                    ..Default::default()
+                },
+            };
+            if block == 0
+                && matches!(layout, Layout::Aligned | Layout::Padded)
+                && fallback.is_none()
+            {
+                fallback = no_share.map(Fallback::NoShare);
+            }
+            let label = c.label;
+            ChildPlan {
+                child: c,
+                layout,
+                geometry,
+                predicted,
+                fallback,
+                label,
+            }
+        })
+        .collect()
+}
+
+/// A split decided and not started: which partitions go to which child, each child's
+/// layout, geometry and predicted bytes, and the parent's key fingerprint the children must
+/// add up to. `--dry-run` prints it; `write` carries it out; a stream sender sends its
+/// children (`Plan::data_layout`, `Plan::components`) without writing them.
+pub struct Plan {
+    pub parent: super::parent::Parent,
+    pub cut: Cut,
+    pub policy: Policy,
+    pub grid: Grid,
+    pub children: Vec<ChildPlan>,
+    /// (count, xor, sum) of the parent's keys' Murmur3, from the planning pass.
+    pub fingerprint: crate::sstable::fingerprint::Fingerprint,
+    /// Wall time of the planning pass over Index.db (docs/benchmarks.md compares it with
+    /// the write pass).
+    pub index_pass: std::time::Duration,
+}
+
+impl Plan {
+    pub fn partitions(&self) -> u64 {
+        self.fingerprint.count
+    }
 }
 
 /// Picks the dead-prefix threshold for `Parts` cuts: a dead prefix of at least one block
@@ -409,7 +685,7 @@ mod tests {
 
     fn feed(g: &mut Grouper, items: &[(i64, u64)]) {
         for (i, (t, pos)) in items.iter().enumerate() {
-            g.push(&[i as u8], &Token::Murmur3(*t), *pos);
+            g.push(&[i as u8], &Token::Murmur3(*t), *pos, i as u64 * 10);
         }
     }
 
@@ -426,7 +702,7 @@ mod tests {
             &mut g,
             &[(1, 0), (10, 100), (11, 200), (20, 300), (21, 400)],
         );
-        let c = g.finish(0);
+        let c = g.finish(0, 1_000_000);
         let spans: Vec<(u64, u64)> = c
             .iter()
             .map(|c| (c.runs[0].first_ordinal, c.runs[0].last_ordinal))
@@ -450,7 +726,7 @@ mod tests {
             0,
         );
         feed(&mut g, &[(1, 0), (2, 50)]);
-        assert_eq!(g.finish(0).len(), 1);
+        assert_eq!(g.finish(0, 1_000_000).len(), 1);
     }
 
     #[test]
@@ -459,7 +735,7 @@ mod tests {
         let mut g = Grouper::new(Cut::Parts(4), Partitioner::Murmur3, 100_000, 4096, 512);
         let items: Vec<(i64, u64)> = (0..100).map(|i| (i as i64, i as u64 * 1000)).collect();
         feed(&mut g, &items);
-        let c = g.finish(0);
+        let c = g.finish(0, 1_000_000);
         assert_eq!(c.len(), 4);
         for child in &c[1..] {
             let p = child.runs[0].first_position;
@@ -474,6 +750,90 @@ mod tests {
                 child.bytes()
             );
         }
+    }
+
+    /// Children of `--parts n` over partitions at `positions` (data length `len`).
+    fn parts(n: usize, positions: &[u64], len: u64, grid: u64, min_dead: u64) -> Vec<PlannedChild> {
+        let mut g = Grouper::new(Cut::Parts(n), Partitioner::Murmur3, len, grid, min_dead);
+        let items: Vec<(i64, u64)> = positions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i as i64, *p))
+            .collect();
+        feed(&mut g, &items);
+        let c = g.finish(0, 1_000_000);
+        // Whatever the cuts, the children tile the parent in order.
+        let mut next = 0;
+        for child in &c {
+            let r = &child.runs[0];
+            assert_eq!(r.first_ordinal, next, "{c:?}");
+            next = r.last_ordinal + 1;
+            assert!(r.first_position < r.end_position);
+            assert_eq!(
+                r.index_start,
+                r.first_ordinal * 10,
+                "index offsets follow the cut"
+            );
+        }
+        assert_eq!(next, positions.len() as u64);
+        assert_eq!(c.last().map(|c| c.runs[0].end_position), Some(len));
+        c
+    }
+
+    #[test]
+    fn parts_give_min_n_partitions_children() {
+        // Two partitions, the second far larger: still two children.
+        assert_eq!(parts(2, &[0, 10], 1010, 16384, 4160).len(), 2);
+        // Fewer partitions than parts: one child each.
+        assert_eq!(parts(8, &[0, 10, 20], 30, 16384, 4160).len(), 3);
+        // Every N from 2 to 12 over 12 partitions of equal size.
+        let pos: Vec<u64> = (0..12).map(|i| i * 100).collect();
+        for n in 2..=12 {
+            assert_eq!(parts(n, &pos, 1200, 16384, 4160).len(), n, "n = {n}");
+        }
+    }
+
+    #[test]
+    fn one_chunk_tables_are_cut_too() {
+        // 5 partitions inside one 16 KiB chunk: no start has the preferred dead prefix
+        // (>= 4160), and there are fewer than PARTS_PATIENCE partitions after any target.
+        let c = parts(3, &[0, 1000, 2000, 3000, 4000], 5000, 16384, 4160);
+        assert_eq!(c.len(), 3);
+        let sizes: Vec<u64> = c.iter().map(|c| c.bytes()).collect();
+        assert!(sizes.iter().all(|b| *b >= 1000 && *b <= 2000), "{sizes:?}");
+    }
+
+    #[test]
+    fn a_large_partition_moves_later_cuts_instead_of_eating_them() {
+        // A 6000-byte partition spans the first two targets of --parts 4 (2500, 5000):
+        // the remaining bytes are shared by the remaining children.
+        let mut pos = vec![0, 100, 6100];
+        pos.extend((1..=39).map(|i| 6100 + i * 100));
+        let c = parts(4, &pos, 10_000, 1 << 30, 0);
+        assert_eq!(c.len(), 4);
+        let sizes: Vec<u64> = c.iter().map(|c| c.bytes()).collect();
+        assert_eq!(sizes[0], 6100, "{sizes:?}");
+        assert!(
+            sizes[1..].iter().all(|b| (1100..=1400).contains(b)),
+            "{sizes:?}"
+        );
+    }
+
+    #[test]
+    fn dead_prefix_preference_moves_a_cut_never_drops_it() {
+        // 200 partitions of 100 bytes on a 4096-byte grid, preferring >= 1000 bytes of
+        // dead prefix: each cut waits for such a start (within PARTS_PATIENCE partitions).
+        let pos: Vec<u64> = (0..200).map(|i| i * 100).collect();
+        let c = parts(4, &pos, 20_000, 4096, 1000);
+        assert_eq!(c.len(), 4);
+        for child in &c[1..] {
+            let p = child.runs[0].first_position;
+            assert!(p % 4096 >= 1000, "cut at {p}");
+        }
+        // A preference nothing satisfies (larger than the grid): the cuts still happen,
+        // after PARTS_PATIENCE partitions or at the end.
+        let c = parts(4, &pos, 20_000, 4096, 5000);
+        assert_eq!(c.len(), 4);
     }
 
     #[test]
@@ -496,7 +856,7 @@ mod tests {
         let c = Grouper::finish_clone_for_test(&items, 8);
         assert!(c.len() > 90);
         // Merge below 20 units: two merged children (full, unrepaired).
-        let c = g.finish(20);
+        let c = g.finish(20, 1_000_000);
         assert_eq!(c.len(), 2);
         assert!(c.iter().all(|c| c.merged));
         assert_eq!(c.iter().map(|c| c.partitions()).sum::<u64>(), 1000);
@@ -514,7 +874,7 @@ mod tests {
             };
             let mut g = Grouper::new(Cut::Ranges(r), Partitioner::Murmur3, 1_000_000, 1000, 0);
             feed(&mut g, items);
-            g.finish(merge)
+            g.finish(merge, 1_000_000)
         }
     }
 

@@ -74,6 +74,19 @@ impl IndexReader<File> {
         let len = f.metadata().map_err(|e| FormatError::io(path, e))?.len();
         Ok(IndexReader::new(path, f, len))
     }
+
+    /// Reads from `offset`, which must be where an entry starts (a split plan records
+    /// where each child's entries begin).
+    pub fn open_at(path: &Path, offset: u64) -> Result<Self> {
+        use std::io::{Seek, SeekFrom};
+        let mut f = File::open(path).map_err(|e| FormatError::io(path, e))?;
+        let len = f.metadata().map_err(|e| FormatError::io(path, e))?.len();
+        f.seek(SeekFrom::Start(offset))
+            .map_err(|e| FormatError::io(path, e))?;
+        let mut r = IndexReader::new(path, f, len);
+        r.offset = offset;
+        Ok(r)
+    }
 }
 
 impl<'b> IndexReader<&'b [u8]> {

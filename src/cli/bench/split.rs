@@ -638,7 +638,10 @@ fn run_once(
             let mut reasons: Vec<String> = Vec::new();
             let mut n = 0;
             for c in &cs {
-                let reason = c.get("fallback_reason").and_then(Value::as_str);
+                let reason = c
+                    .get("fallback")
+                    .and_then(|f| f.get("message"))
+                    .and_then(Value::as_str);
                 let got = c.get("layout").and_then(Value::as_str).unwrap_or("");
                 if reason.is_some() || got != layout {
                     n += 1;

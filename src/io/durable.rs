@@ -1,0 +1,194 @@
+//! Durable writes for sstables: every component written, then all of them fsynced together
+//! on a small pool of threads, then each TOC.txt written and fsynced, then the directories.
+//!
+//! Why TOC last: a reader that finds a TOC finds a complete sstable (cleave's `recover`,
+//! and Cassandra's `SSTable.readTOC` lists the components it then opens). Why a pool:
+//! an fsync is a round trip to the device (a journal commit on XFS); 8 children of ~8 files
+//! each are ~64 of them, which issued one after another cost their sum, while issued
+//! concurrently the filesystem folds them into few journal commits (docs/split.md,
+//! "Durability", has the measurement). `syncfs` would be one call, but it also flushes
+//! every dirty page of the filesystem — on a node's data disk, Cassandra's own.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// How many fsyncs run at once.
+pub const SYNC_THREADS: usize = 4;
+
+/// Files written but not yet durable, and the TOCs to write once they are.
+#[derive(Default)]
+pub struct Batch {
+    pending: Vec<(PathBuf, File, bool)>,
+    last: Vec<(PathBuf, Vec<u8>)>,
+    dirs: Vec<PathBuf>,
+}
+
+/// An error of one file of the batch.
+#[derive(Debug)]
+pub struct BatchError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+impl Batch {
+    pub fn new() -> Batch {
+        Batch::default()
+    }
+
+    /// Creates `path` (it must not exist) with `bytes`; durable at `commit`.
+    pub fn file(&mut self, path: &Path, bytes: &[u8]) -> Result<(), BatchError> {
+        let err = |source| BatchError {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut f = File::options()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(err)?;
+        f.write_all(bytes).map_err(err)?;
+        self.pending.push((path.to_path_buf(), f, false));
+        Ok(())
+    }
+
+    /// A file written elsewhere (Data.db, Index.db): durable at `commit`; with `drop_cache`
+    /// its pages leave the page cache once synced (nothing reads them soon, and they would
+    /// evict Cassandra's hot pages; `NativeLibrary.trySkipCache` does the same).
+    pub fn adopt(&mut self, path: &Path, file: File, drop_cache: bool) {
+        self.pending.push((path.to_path_buf(), file, drop_cache));
+    }
+
+    /// Written only after every other file of the batch is durable (TOC.txt).
+    pub fn last(&mut self, path: &Path, bytes: Vec<u8>) {
+        self.last.push((path.to_path_buf(), bytes));
+    }
+
+    /// A directory to fsync at the very end (names created in it become durable).
+    pub fn dir(&mut self, dir: &Path) {
+        if !self.dirs.iter().any(|d| d == dir) {
+            self.dirs.push(dir.to_path_buf());
+        }
+    }
+
+    /// Files waiting for an fsync.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Makes the pending files durable now (bounding open descriptors in a long split).
+    pub fn sync_pending(&mut self) -> Result<(), BatchError> {
+        let files = std::mem::take(&mut self.pending);
+        sync_parallel(&files)
+    }
+
+    /// Pending files durable, then each `last` file written and durable, then directories.
+    pub fn commit(mut self) -> Result<(), BatchError> {
+        self.sync_pending()?;
+        let mut tocs = Vec::with_capacity(self.last.len());
+        for (path, bytes) in std::mem::take(&mut self.last) {
+            let err = |source| BatchError {
+                path: path.clone(),
+                source,
+            };
+            let mut f = File::options()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(err)?;
+            f.write_all(&bytes).map_err(err)?;
+            tocs.push((path, f, false));
+        }
+        sync_parallel(&tocs)?;
+        let dirs: Vec<(PathBuf, File, bool)> = self
+            .dirs
+            .iter()
+            .map(|d| {
+                File::open(d)
+                    .map(|f| (d.clone(), f, false))
+                    .map_err(|source| BatchError {
+                        path: d.clone(),
+                        source,
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        sync_parallel(&dirs)
+    }
+}
+
+/// fsyncs `files` on up to `SYNC_THREADS` threads; the first error wins.
+pub fn sync_parallel(files: &[(PathBuf, File, bool)]) -> Result<(), BatchError> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let threads = SYNC_THREADS.min(files.len());
+    let per = files.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .chunks(per)
+            .map(|group| {
+                s.spawn(move || {
+                    for (path, f, drop) in group {
+                        f.sync_all().map_err(|source| BatchError {
+                            path: path.clone(),
+                            source,
+                        })?;
+                        if *drop {
+                            super::fs::drop_cache(f, 0, 0);
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let mut first = Ok(());
+        for h in handles {
+            let r = h.join().unwrap_or_else(|_| {
+                Err(BatchError {
+                    path: PathBuf::new(),
+                    source: std::io::Error::other("fsync thread panicked"),
+                })
+            });
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toc_is_written_after_the_others_and_everything_lands() {
+        let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut b = Batch::new();
+        for i in 0..9 {
+            b.file(&d.path().join(format!("f{i}")), &[i as u8; 10])
+                .unwrap_or_else(|e| panic!("{:?}", e.source));
+        }
+        b.last(&d.path().join("TOC.txt"), b"Data.db\n".to_vec());
+        b.dir(d.path());
+        assert!(!d.path().join("TOC.txt").exists(), "TOC waits for commit");
+        b.commit().unwrap_or_else(|e| panic!("{:?}", e.source));
+        assert_eq!(
+            std::fs::read(d.path().join("f3")).unwrap_or_default(),
+            [3u8; 10]
+        );
+        assert_eq!(
+            std::fs::read(d.path().join("TOC.txt")).unwrap_or_default(),
+            b"Data.db\n"
+        );
+    }
+
+    #[test]
+    fn an_existing_file_is_refused() {
+        let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(d.path().join("a"), b"x").unwrap_or_else(|e| panic!("{e}"));
+        let mut b = Batch::new();
+        let e = b.file(&d.path().join("a"), b"y").err();
+        assert!(e.is_some_and(|e| e.source.kind() == std::io::ErrorKind::AlreadyExists));
+    }
+}

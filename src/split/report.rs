@@ -1,0 +1,62 @@
+//! What a split reports: per child and in total, printed by the CLI (`--json`), recorded
+//! in a job's status and counted in metrics.
+
+use std::path::PathBuf;
+
+use super::fallback::Fallback;
+use super::plan::{ChildPlan, Layout};
+use super::publish::Publish;
+use super::spec::Label;
+use crate::sstable::fingerprint::Fingerprint;
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChildReport {
+    pub path: PathBuf,
+    pub partitions: u64,
+    pub first_token: String,
+    pub last_token: String,
+    #[serde(serialize_with = "crate::sstable::hex::serialize")]
+    pub first_key: Vec<u8>,
+    #[serde(serialize_with = "crate::sstable::hex::serialize")]
+    pub last_key: Vec<u8>,
+    pub data_length: u64,
+    pub data_file_bytes: u64,
+    pub dead_prefix: u64,
+    pub layout: Layout,
+    pub bytes_shared: u64,
+    pub bytes_copied: u64,
+    pub bytes_reencoded: u64,
+    /// `{"reason", "message"}` when the child did not get the requested layout.
+    pub fallback: Option<Fallback>,
+    pub label: Option<Label>,
+    pub repaired_at: Option<i64>,
+    pub pending_repair: Option<String>,
+    pub is_transient: Option<bool>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Check {
+    pub parent: Fingerprint,
+    pub children: Fingerprint,
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SplitReport {
+    pub parent: PathBuf,
+    pub dry_run: bool,
+    pub publish: Publish,
+    pub reflink: String,
+    pub children: Vec<ChildReport>,
+    pub plan: Vec<ChildPlan>,
+    pub check: Check,
+    pub bytes_shared: u64,
+    pub bytes_copied: u64,
+    pub bytes_reencoded: u64,
+    /// `/proc/self/io` read_bytes / write_bytes during the split (device-level).
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Seconds of the planning pass over Index.db and of the write (index pass, data, fsync).
+    pub plan_seconds: f64,
+    pub write_seconds: f64,
+}

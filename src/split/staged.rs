@@ -1,0 +1,233 @@
+//! Children written into staging, as a type that says whether they were checked: only a
+//! `Staged<Checked>` has `publish`, so no caller can publish children that were not
+//! compared with their parent. Dropping a `Staged` of either kind removes staging.
+
+use std::fs;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::error::PublishError;
+use super::parent::Parent;
+use super::plan::{ChildPlan, Plan};
+use super::publish::{self, Publish};
+use super::report::{Check, ChildReport, SplitReport};
+use super::spec::Cut;
+use crate::io::reflink::ReflinkSupport;
+use crate::sstable::fingerprint::Fingerprint;
+use crate::sstable::Descriptor;
+
+/// Written, durable in staging, not yet compared with the parent.
+#[derive(Debug)]
+pub struct Unchecked;
+/// Every child re-read and its keys add up to the parent's.
+#[derive(Debug)]
+pub struct Checked;
+
+/// Removes the staging directory unless the split got as far as publishing.
+pub struct StagingGuard(Option<PathBuf>);
+
+impl StagingGuard {
+    pub fn new(dir: PathBuf) -> StagingGuard {
+        StagingGuard(Some(dir))
+    }
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for StagingGuard {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = fs::remove_dir_all(&d);
+            if let Some(p) = d.parent() {
+                let _ = crate::io::fs::sync_dir(p);
+            }
+        }
+    }
+}
+
+pub struct Staged<S> {
+    pub(super) parent: Parent,
+    pub(super) plan: Vec<ChildPlan>,
+    pub(super) parent_fp: Fingerprint,
+    pub(super) operation: &'static str,
+    pub(super) staging: PathBuf,
+    pub(super) out_dir: PathBuf,
+    pub(super) descs: Vec<Descriptor>,
+    pub(super) reports: Vec<ChildReport>,
+    pub(super) children_fp: Fingerprint,
+    pub(super) support: ReflinkSupport,
+    pub(super) guard: StagingGuard,
+    pub(super) plan_time: Duration,
+    pub(super) write_time: Duration,
+    pub(super) state: PhantomData<S>,
+}
+
+impl<S> Staged<S> {
+    pub fn staging_dir(&self) -> &Path {
+        &self.staging
+    }
+    pub fn children(&self) -> &[ChildReport] {
+        &self.reports
+    }
+    /// The children's Data.db in staging.
+    pub fn descriptors(&self) -> &[Descriptor] {
+        &self.descs
+    }
+    pub(super) fn into_state<T>(self) -> Staged<T> {
+        Staged {
+            parent: self.parent,
+            plan: self.plan,
+            parent_fp: self.parent_fp,
+            operation: self.operation,
+            staging: self.staging,
+            out_dir: self.out_dir,
+            descs: self.descs,
+            reports: self.reports,
+            children_fp: self.children_fp,
+            support: self.support,
+            guard: self.guard,
+            plan_time: self.plan_time,
+            write_time: self.write_time,
+            state: PhantomData,
+        }
+    }
+}
+
+impl Staged<Unchecked> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn unchecked(
+        plan: &Plan,
+        staging: PathBuf,
+        out_dir: PathBuf,
+        descs: Vec<Descriptor>,
+        reports: Vec<ChildReport>,
+        children_fp: Fingerprint,
+        support: ReflinkSupport,
+        guard: StagingGuard,
+        write_time: Duration,
+    ) -> Staged<Unchecked> {
+        Staged {
+            parent: plan.parent.clone(),
+            plan: plan.children.clone(),
+            parent_fp: plan.fingerprint,
+            operation: if matches!(plan.cut, Cut::Ranges(_)) {
+                "anticompaction"
+            } else {
+                "split"
+            },
+            staging,
+            out_dir,
+            descs,
+            reports,
+            children_fp,
+            support,
+            guard,
+            plan_time: plan.index_pass,
+            write_time,
+            state: PhantomData,
+        }
+    }
+}
+
+/// What `Replace` needs before anything is written: `--out` is the parent's table directory
+/// and no process holds files under it (a live Cassandra would not see the children and
+/// could reuse their generation ids). `publish` asks again.
+pub fn preflight(parent: &Parent, out_dir: &Path, mode: Publish) -> Result<(), PublishError> {
+    if mode != Publish::Replace {
+        return Ok(());
+    }
+    let a = fs::canonicalize(out_dir).map_err(|e| crate::sstable::FormatError::io(out_dir, e))?;
+    let b = fs::canonicalize(parent.dir())
+        .map_err(|e| crate::sstable::FormatError::io(parent.dir(), e))?;
+    if a != b {
+        return Err(PublishError::NotTableDir {
+            table_dir: b,
+            out: a,
+        });
+    }
+    if let Some((pid, cmd)) = publish::processes_holding(&b).into_iter().next() {
+        return Err(PublishError::CassandraRunning { dir: b, pid, cmd });
+    }
+    Ok(())
+}
+
+impl Staged<Checked> {
+    /// `Stage`: children renamed into `--out` (TOC last); `Replace`: swapped in for the
+    /// parent through a transaction log (`split::publish`).
+    pub fn publish(mut self, mode: Publish) -> Result<SplitReport, PublishError> {
+        preflight(&self.parent, &self.out_dir, mode)?;
+        let finals = match mode {
+            Publish::Stage => publish::stage(&self.staging, &self.out_dir, &self.descs)?,
+            Publish::Replace => publish::replace(
+                &self.staging,
+                &self.out_dir,
+                &self.parent.table().descriptor,
+                &self.descs,
+                self.operation,
+            )?,
+        };
+        self.guard.disarm();
+        let mut report = report(
+            &self.parent,
+            &self.plan,
+            self.parent_fp,
+            self.support,
+            mode,
+            false,
+        );
+        report.check.children = self.children_fp;
+        report.check.ok = true;
+        report.children = std::mem::take(&mut self.reports)
+            .into_iter()
+            .zip(finals)
+            .map(|(mut c, p)| {
+                c.path = p;
+                c
+            })
+            .collect();
+        for c in &report.children {
+            report.bytes_shared += c.bytes_shared;
+            report.bytes_copied += c.bytes_copied;
+            report.bytes_reencoded += c.bytes_reencoded;
+        }
+        report.plan_seconds = self.plan_time.as_secs_f64();
+        report.write_seconds = self.write_time.as_secs_f64();
+        Ok(report)
+    }
+}
+
+/// The report of a plan (`--dry-run`) or, filled in by `publish`, of a split.
+pub fn report(
+    parent: &Parent,
+    plan: &[ChildPlan],
+    parent_fp: Fingerprint,
+    support: ReflinkSupport,
+    mode: Publish,
+    dry_run: bool,
+) -> SplitReport {
+    SplitReport {
+        parent: parent.data_path().to_path_buf(),
+        dry_run,
+        publish: mode,
+        reflink: match support {
+            ReflinkSupport::Supported { block_size } => format!("supported (block {block_size})"),
+            ReflinkSupport::Refused(r) => r.to_string(),
+        },
+        children: Vec::new(),
+        plan: plan.to_vec(),
+        check: Check {
+            parent: parent_fp,
+            children: Fingerprint::default(),
+            ok: false,
+        },
+        bytes_shared: 0,
+        bytes_copied: 0,
+        bytes_reencoded: 0,
+        read_bytes: 0,
+        write_bytes: 0,
+        plan_seconds: 0.0,
+        write_seconds: 0.0,
+    }
+}

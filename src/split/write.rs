@@ -1,0 +1,568 @@
+//! `Plan::write`: every child into a fresh staging directory on the parent's filesystem,
+//! in one pass over the parent's Index.db. A zero-copy child is finished as soon as its last
+//! partition is seen, so at most one is open at a time (plus one merged `regrid` child per
+//! label). Nothing is durable until the end, where `io::durable::Batch` fsyncs every file
+//! concurrently, then writes each TOC.txt, then syncs the directory.
+//!
+//! Also the same decisions without files, for a stream sender: `Plan::data_layout` (a
+//! child's Data.db as segments) and `Plan::components` (its small components in memory).
+
+use std::fs;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::child::{self, Built, IndexParts, IndexShape, IndexSide};
+use super::data::{self, DataLayout, DataResult, ParentData, Segment};
+use super::error::WriteError;
+use super::parent::split_support;
+use super::plan::{DigestPolicy, Layout, Plan};
+use super::publish;
+use super::report::ChildReport;
+use super::spec::{Cut, Label, RepairTriple};
+use super::staged::{Staged, StagingGuard, Unchecked};
+use crate::io::durable::{Batch, BatchError};
+use crate::sstable::fingerprint::Fingerprint;
+use crate::sstable::{Component, Descriptor, FormatError, SSTableId};
+
+/// Progress of the write pass.
+#[derive(Debug, Clone, Copy)]
+pub enum Progress {
+    /// Index.db bytes of the write pass.
+    Index {
+        bytes: u64,
+        total: u64,
+    },
+    ChildDone {
+        index: usize,
+        total: usize,
+    },
+}
+
+impl From<BatchError> for WriteError {
+    fn from(e: BatchError) -> WriteError {
+        WriteError::Io {
+            path: e.path,
+            source: e.source,
+        }
+    }
+}
+
+/// A child being written during the index pass.
+struct Open {
+    desc: Descriptor,
+    side: IndexSide<BufWriter<fs::File>>,
+    /// Zero-copy: the rebase point; regrid: the child position of each run's start.
+    base: u64,
+    run_offsets: Vec<u64>,
+}
+
+fn uuid_string(b: &[u8; 16]) -> String {
+    uuid::Uuid::from_bytes(*b).hyphenated().to_string()
+}
+
+impl Plan {
+    fn triple(&self, label: Option<Label>) -> Option<RepairTriple> {
+        match (&self.cut, label) {
+            (Cut::Ranges(r), Some(l)) => Some(r.triple(l)),
+            _ => None,
+        }
+    }
+
+    fn parent_data(&self) -> Result<ParentData<'_>, WriteError> {
+        let p = &self.parent;
+        let t = p.table();
+        Ok(ParentData {
+            path: p.data_path().to_path_buf(),
+            file: p.data_file(),
+            file_size: t.data_file_size,
+            reader: t.data_reader()?,
+            compression: t.compression.as_ref(),
+            crc: p.crc(),
+            throttle: self.policy.throttle.clone(),
+        })
+    }
+
+    /// Writes every child into a new staging directory under `out_dir` (a directory on the
+    /// parent's filesystem). On any error the staging directory is removed.
+    pub fn write(&self, out_dir: &Path) -> Result<Staged<Unchecked>, WriteError> {
+        self.write_with_progress(out_dir, &mut |_| {})
+    }
+
+    pub fn write_with_progress(
+        &self,
+        out_dir: &Path,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Staged<Unchecked>, WriteError> {
+        let started = Instant::now();
+        let parent = &self.parent;
+        let t = parent.table();
+        if !out_dir.is_dir() {
+            return Err(WriteError::Target {
+                path: out_dir.to_path_buf(),
+                message: "not a directory".into(),
+            });
+        }
+        let dev_out = crate::io::fs::device_of(out_dir).map_err(|e| WriteError::io(out_dir, e))?;
+        if dev_out != parent.device() {
+            return Err(WriteError::Target {
+                path: out_dir.to_path_buf(),
+                message: format!("on another filesystem than the parent {}: children share or copy the parent's chunks in place and publish by rename, so they must be written on the parent's filesystem", parent.dir().display()),
+            });
+        }
+        let support = parent
+            .reflink_probe(out_dir)
+            .map_err(|e| WriteError::io(out_dir, e))?;
+        let (block, no_share) = split_support(support);
+        let staging = publish::create_staging(out_dir).map_err(WriteError::Format)?;
+        let guard = StagingGuard::new(staging.clone());
+        // Generation ids are chosen here and nowhere else in the pipeline: above every
+        // sequence id in --out, staging and the parent's directory. The per-table lock
+        // (reliability, issue 12) must be held from this line until publication.
+        let gens =
+            publish::next_generations(&[out_dir, &staging, parent.dir()], self.children.len())?;
+        let descs: Vec<Descriptor> = gens
+            .iter()
+            .map(|g| Descriptor {
+                dir: staging.clone(),
+                version: t.descriptor.version,
+                id: SSTableId::Sequence(*g),
+                format: t.descriptor.format,
+            })
+            .collect();
+        let shape = IndexShape::of(t)?;
+
+        // Segments of the index: (first ordinal, last ordinal, child, run), in order.
+        let mut segments: Vec<(u64, u64, usize, usize)> = Vec::new();
+        for (ci, p) in self.children.iter().enumerate() {
+            for (ri, r) in p.child.runs.iter().enumerate() {
+                segments.push((r.first_ordinal, r.last_ordinal, ci, ri));
+            }
+        }
+        segments.sort();
+        let last_segment_of: Vec<usize> = (0..self.children.len())
+            .map(|ci| segments.iter().rposition(|s| s.2 == ci).unwrap_or(0))
+            .collect();
+
+        let mut pd = self.parent_data()?;
+        let mut batch = Batch::new();
+        let mut open: Vec<Option<Open>> = (0..self.children.len()).map(|_| None).collect();
+        let mut done: Vec<Option<ChildReport>> = (0..self.children.len()).map(|_| None).collect();
+        let mut children_fp = Fingerprint::default();
+        let mut seg = 0usize;
+        // The previous parent entry, flushed when the next one tells where it ends.
+        let mut pending: Option<(u64, Vec<u8>, u64, Vec<u8>)> = None;
+        let mut r = t.index_reader()?;
+        let index_total = t.size_of(&Component::Index).unwrap_or(0);
+        let mut ordinal = 0u64;
+        let mut last_progress = 0;
+        let data_length = t.data_length();
+        loop {
+            let next = r.next_entry()?.map(|e| {
+                (
+                    e.position,
+                    e.key.to_vec(),
+                    e.promoted_index.to_vec(),
+                    e.index_offset,
+                )
+            });
+            if let Some((p_ord, key, pos, promoted)) = pending.take() {
+                let end = next.as_ref().map_or(data_length, |n| n.0);
+                while seg < segments.len() && segments[seg].1 < p_ord {
+                    seg += 1;
+                }
+                let Some(&(_, seg_last, ci, ri)) = segments.get(seg) else {
+                    return Err(FormatError::corrupt(
+                        parent.data_path(),
+                        None,
+                        format!("Index.db has more partitions than when planned (entry {p_ord})"),
+                    )
+                    .into());
+                };
+                let plan = &self.children[ci];
+                let o = match &mut open[ci] {
+                    Some(o) => o,
+                    slot => {
+                        let side = IndexSide::create(
+                            &descs[ci].path(&Component::Index),
+                            &shape,
+                            plan.child.partitions(),
+                        )?;
+                        let mut run_offsets = Vec::with_capacity(plan.child.runs.len());
+                        let mut acc = 0;
+                        for r in &plan.child.runs {
+                            run_offsets.push(acc);
+                            acc += r.bytes();
+                        }
+                        slot.insert(Open {
+                            desc: descs[ci].clone(),
+                            side,
+                            base: plan.geometry.map_or(0, |g| g.base),
+                            run_offsets,
+                        })
+                    }
+                };
+                let child_pos = if plan.layout == Layout::Regrid {
+                    o.run_offsets[ri] + (pos - plan.child.runs[ri].first_position)
+                } else {
+                    pos - o.base
+                };
+                o.side.add(&key, child_pos, end - pos, &promoted)?;
+                if p_ord == seg_last && seg == last_segment_of[ci] {
+                    if let Some(o) = open[ci].take() {
+                        let rep = self.finish_child(
+                            ci,
+                            o,
+                            &mut pd,
+                            block,
+                            no_share,
+                            &mut batch,
+                            &mut children_fp,
+                        )?;
+                        done[ci] = Some(rep);
+                        // Bound the descriptors held open until the batch commits.
+                        if batch.pending() > 256 {
+                            batch.sync_pending()?;
+                        }
+                    }
+                    progress(Progress::ChildDone {
+                        index: ci,
+                        total: self.children.len(),
+                    });
+                }
+            }
+            let Some((pos, key, promoted, off)) = next else {
+                break;
+            };
+            pending = Some((ordinal, key, pos, promoted));
+            ordinal += 1;
+            if off - last_progress > (1 << 20) {
+                progress(Progress::Index {
+                    bytes: off,
+                    total: index_total,
+                });
+                last_progress = off;
+            }
+        }
+        progress(Progress::Index {
+            bytes: index_total,
+            total: index_total,
+        });
+        // The parent's index has been read for the last time (NativeLibrary.trySkipCache).
+        if let Ok(f) = fs::File::open(t.path(&Component::Index)) {
+            crate::io::fs::drop_cache(&f, 0, 0);
+        }
+        let reports: Vec<ChildReport> = done
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                c.ok_or_else(|| {
+                    WriteError::Format(FormatError::corrupt(
+                        parent.data_path(),
+                        None,
+                        format!("child {i} was never completed: Index.db has fewer partitions than when planned"),
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        batch.dir(&staging);
+        crate::io::fault::point("split:written");
+        batch.commit()?;
+        Ok(Staged::unchecked(
+            self,
+            staging,
+            out_dir.to_path_buf(),
+            descs,
+            reports,
+            children_fp,
+            support,
+            guard,
+            started.elapsed(),
+        ))
+    }
+
+    /// Data.db of a child from its plan; `block`/`no_share` are the probed support.
+    fn write_data(
+        &self,
+        ci: usize,
+        pd: &mut ParentData,
+        block: u64,
+        no_share: Option<crate::io::reflink::CloneRefusal>,
+        data_path: &Path,
+    ) -> Result<DataResult, WriteError> {
+        let p = &self.children[ci];
+        let combine = self.policy.digest == DigestPolicy::Combine;
+        let compressed = self.parent.table().compression.is_some();
+        Ok(match (p.layout, p.geometry, compressed) {
+            (Layout::Regrid, _, _) | (_, None, _) => {
+                let runs: Vec<(u64, u64)> = p
+                    .child
+                    .runs
+                    .iter()
+                    .map(|r| (r.first_position, r.end_position))
+                    .collect();
+                data::write_regrid(pd, &runs, combine, data_path)?
+            }
+            (want, Some(g), true) => data::write_compressed(
+                pd,
+                &g,
+                p.child.runs[0].end_position,
+                want,
+                self.policy.allow_padded,
+                block,
+                no_share,
+                combine,
+                data_path,
+            )?,
+            (want, Some(g), false) => data::write_uncompressed(
+                pd,
+                &g,
+                self.parent.crc_unit(),
+                want,
+                block,
+                no_share,
+                combine,
+                data_path,
+            )?,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish_child(
+        &self,
+        ci: usize,
+        o: Open,
+        pd: &mut ParentData,
+        block: u64,
+        no_share: Option<crate::io::reflink::CloneRefusal>,
+        batch: &mut Batch,
+        children_fp: &mut Fingerprint,
+    ) -> Result<ChildReport, WriteError> {
+        let t = self.parent.table();
+        let p = &self.children[ci];
+        let desc = o.desc;
+        let (index_w, parts) = o.side.finish()?;
+        let index_path = desc.path(&Component::Index);
+        let index_file = index_w
+            .into_inner()
+            .map_err(|e| WriteError::io(&index_path, e.into_error()))?;
+        batch.adopt(&index_path, index_file, false);
+        children_fp.merge(&parts.fingerprint);
+        let data_path = desc.path(&Component::Data);
+        let mut result = self.write_data(ci, pd, block, no_share, &data_path)?;
+        if let Some(f) = result.file.take() {
+            batch.adopt(&data_path, f, true);
+        }
+        if let Some(ci_parent) = &t.compression {
+            let path = desc.path(&Component::CompressionInfo);
+            let f = fs::File::options()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| WriteError::io(&path, e))?;
+            let mut w = BufWriter::new(f);
+            data::write_compression_info(&mut w, ci_parent, result.data_length, &result.offsets)
+                .map_err(|e| WriteError::io(&path, e))?;
+            let f = w
+                .into_inner()
+                .map_err(|e| WriteError::io(&path, e.into_error()))?;
+            batch.adopt(&path, f, false);
+        }
+        let digest = match self.policy.digest {
+            DigestPolicy::Off => None,
+            DigestPolicy::Combine if result.combined_digest.is_some() => result.combined_digest,
+            DigestPolicy::Combine | DigestPolicy::Full => {
+                let r = crate::sstable::data::DataReader::open(&data_path, None)?;
+                Some(r.file_crc32(|_| {})?)
+            }
+        };
+        let rebuilt = child::rebuilt_components(
+            t,
+            &parts,
+            self.triple(p.label),
+            result.data_length,
+            result.file_size,
+            result.crc.as_ref(),
+            digest,
+        );
+        for (c, bytes) in &rebuilt {
+            let path = desc.path(c);
+            batch.file(&path, bytes)?;
+        }
+        batch.last(
+            &desc.path(&Component::Toc),
+            child::toc(t.compression.is_some(), &rebuilt),
+        );
+        Ok(self.child_report(ci, data_path, &parts, result))
+    }
+
+    fn child_report(
+        &self,
+        ci: usize,
+        path: PathBuf,
+        parts: &IndexParts,
+        result: DataResult,
+    ) -> ChildReport {
+        let p = &self.children[ci];
+        let triple = self.triple(p.label);
+        let st = self.parent.table().statistics.stats.as_ref();
+        let version = self.parent.table().descriptor.version;
+        let (repaired_at, pending_repair, is_transient) = match triple {
+            Some(t) => (
+                Some(t.repaired_at),
+                if version.has_pending_repair() {
+                    t.pending_repair.map(|u| uuid_string(&u))
+                } else {
+                    None
+                },
+                st.and_then(|s| s.is_transient).map(|_| t.is_transient),
+            ),
+            None => (
+                st.map(|s| s.repaired_at),
+                st.and_then(|s| s.pending_repair.flatten())
+                    .map(|u| uuid_string(&u)),
+                st.and_then(|s| s.is_transient),
+            ),
+        };
+        let runs = &p.child.runs;
+        ChildReport {
+            path,
+            partitions: parts.fingerprint.count,
+            first_token: runs
+                .first()
+                .map(|r| r.first_token.clone())
+                .unwrap_or_default(),
+            last_token: runs
+                .last()
+                .map(|r| r.last_token.clone())
+                .unwrap_or_default(),
+            first_key: parts.first_key.clone(),
+            last_key: parts.last_key.clone(),
+            data_length: result.data_length,
+            data_file_bytes: result.file_size,
+            dead_prefix: p.geometry.map_or(0, |g| g.dead_prefix),
+            layout: result.layout.unwrap_or(p.layout),
+            bytes_shared: result.bytes_shared,
+            bytes_copied: result.bytes_copied,
+            bytes_reencoded: result.bytes_reencoded,
+            fallback: result.fallback.or_else(|| p.fallback.clone()),
+            label: p.label,
+            repaired_at,
+            pending_repair,
+            is_transient,
+        }
+    }
+
+    /// A zero-copy child's Data.db as segments (parent ranges to share, copy or send, and
+    /// bytes cleave encoded), without writing anything. Compressed parents only; `block`
+    /// is the receiver's reflink block (0 when it does not matter).
+    pub fn data_layout(&self, ci: usize, block: u64) -> Result<DataLayout, WriteError> {
+        let p = &self.children[ci];
+        let Some(g) = p.geometry.filter(|_| p.layout != Layout::Regrid) else {
+            return Err(WriteError::Target {
+                path: self.parent.data_path().to_path_buf(),
+                message: format!("child {ci} is a regrid child: it has no parent ranges to carry"),
+            });
+        };
+        let mut pd = self.parent_data()?;
+        let no_share = (block == 0).then_some(crate::io::reflink::CloneRefusal::NotSupported);
+        Ok(data::compressed_layout(
+            &mut pd,
+            &g,
+            p.child.runs[0].end_position,
+            p.layout,
+            self.policy.allow_padded,
+            block,
+            no_share,
+            self.parent.data_path(),
+        )?)
+    }
+
+    /// A child's components but Data.db, in memory, in TOC order: Index, CompressionInfo
+    /// (from `layout`), CRC, Summary, Filter, Statistics, Digest (`combine` only), TOC.
+    /// Reads only the child's part of the parent's Index.db.
+    pub fn components(&self, ci: usize, layout: &DataLayout) -> Result<Vec<Built>, WriteError> {
+        let p = &self.children[ci];
+        let t = self.parent.table();
+        let shape = IndexShape::of(t)?;
+        let index_path = t.path(&Component::Index);
+        let mut side = IndexSide::new(&index_path, Vec::new(), &shape, p.child.partitions());
+        let base = p.geometry.map_or(0, |g| g.base);
+        let data_length = t.data_length();
+        for run in &p.child.runs {
+            let mut r = crate::sstable::index::IndexReader::open_at(&index_path, run.index_start)?;
+            let mut prev: Option<(Vec<u8>, u64, Vec<u8>)> = None;
+            let mut n = 0;
+            loop {
+                let next = if n < run.partitions() {
+                    r.next_entry()?
+                        .map(|e| (e.key.to_vec(), e.position, e.promoted_index.to_vec()))
+                } else {
+                    None
+                };
+                if let Some((key, pos, promoted)) = prev.take() {
+                    let end = next
+                        .as_ref()
+                        .map_or(run.end_position.min(data_length), |n| n.1);
+                    side.add(&key, pos - base, end - pos, &promoted)?;
+                }
+                match next {
+                    Some(e) => {
+                        prev = Some(e);
+                        n += 1;
+                    }
+                    None => break,
+                }
+            }
+        }
+        let (index, parts) = side.finish()?;
+        let mut out: Vec<Built> = vec![(Component::Index, index)];
+        if let Some(ci_parent) = &t.compression {
+            let mut b = Vec::with_capacity(64 + layout.offsets.len() * 8);
+            data::write_compression_info(&mut b, ci_parent, layout.data_length, &layout.offsets)
+                .map_err(|e| WriteError::io(&t.path(&Component::CompressionInfo), e))?;
+            out.push((Component::CompressionInfo, b));
+        }
+        let digest = match self.policy.digest {
+            DigestPolicy::Off => None,
+            _ => Some(layout_crc32(self, layout)?),
+        };
+        let rebuilt = child::rebuilt_components(
+            t,
+            &parts,
+            self.triple(p.label),
+            layout.data_length,
+            layout.file_size,
+            None,
+            digest,
+        );
+        let toc = child::toc(t.compression.is_some(), &rebuilt);
+        out.extend(rebuilt);
+        out.push((Component::Toc, toc));
+        Ok(out)
+    }
+}
+
+/// CRC32 of a child's Data.db from its segments: encoded bytes hashed, parent ranges read.
+fn layout_crc32(plan: &Plan, layout: &DataLayout) -> Result<u32, WriteError> {
+    use std::os::unix::fs::FileExt;
+    let mut h = crc32fast::Hasher::new();
+    let f = plan.parent.data_file();
+    let mut buf = vec![0u8; 1 << 20];
+    for s in &layout.segments {
+        match s {
+            Segment::Bytes { bytes, .. } => h.update(bytes),
+            Segment::Parent { src, len, .. } => {
+                let mut done = 0;
+                while done < *len {
+                    let n = (*len - done).min(buf.len() as u64) as usize;
+                    f.read_exact_at(&mut buf[..n], src + done)
+                        .map_err(|e| WriteError::io(plan.parent.data_path(), e))?;
+                    h.update(&buf[..n]);
+                    done += n as u64;
+                }
+            }
+        }
+    }
+    Ok(h.finalize())
+}
