@@ -1040,3 +1040,65 @@ fn a_generated_gib_sstable_streams_checked() {
     }
     assert_eq!(snapshot(&src), before, "the source directory changed");
 }
+
+#[test]
+fn the_sidecar_serves_the_receiver_with_stream_metrics() {
+    let Some(shared) = corpus_or_skip("stream sidecar") else {
+        return;
+    };
+    let data = manifest(&shared)
+        .into_iter()
+        .find(|r| {
+            is_supported_big(r) && r.version == "na" && r.compressed && !r.invalid && !is_damaged(r)
+        })
+        .unwrap()
+        .data_db;
+    let tmp = tempfile::tempdir().unwrap();
+    let manifests = tmp.path().join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let (_, t) = token_args(tmp.path(), "tok");
+    let (port, mport) = (free_port(), free_port());
+    let child = Command::new(cleave_bin())
+        .args(["run", "--node", "node-b", "--local"])
+        .arg(&manifests)
+        .args(["--data-dir"])
+        .arg(tmp.path())
+        .args(["--metrics-addr", &format!("127.0.0.1:{mport}")])
+        .args([
+            "--stream-addr",
+            &format!("127.0.0.1:{port}"),
+            "--stream-staging",
+        ])
+        .arg(tmp.path().join("recv"))
+        .args(&t)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _guard = KillOnDrop(child);
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "sidecar did not serve the stream port"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let tt: Vec<&str> = t.iter().map(String::as_str).collect();
+    let s = send(
+        port,
+        &[&data],
+        &[tt[0], tt[1], tt[2], "--keyspace", "ks", "--table", "t"],
+    );
+    assert!(s.ok, "{}", s.stderr);
+    assert_eq!(json(&s)[0]["verdict"]["ok"], true);
+    let m = http_get(mport, "/metrics").unwrap();
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("cleave_stream_transfers_total")
+                && l.contains("result=\"ok\"")
+                && l.contains("side=\"receive\"")
+                && l.ends_with(" 1")),
+        "{m}"
+    );
+    assert!(m.contains("cleave_stream_chunks_checked_total"), "{m}");
+}
