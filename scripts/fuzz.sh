@@ -19,7 +19,7 @@ esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CORPUS_SRC="${CLEAVE_CORPUS:-$ROOT/../shared/corpus}"
 FUZZ="$ROOT/fuzz"
-TARGETS=(compression_info index summary filter statistics toc digest crc descriptor codec)
+TARGETS=(compression_info index summary filter statistics toc digest crc descriptor codec stream_manifest)
 # Must match SUPPORTED_BIG_VERSIONS (src/sstable/descriptor.rs): the compression_info
 # target picks the version as VERSIONS[first byte % 9].
 VERSIONS=(ma mb mc md me na nb nc oa)

@@ -10,3 +10,4 @@ pub mod operator;
 pub mod reason;
 pub mod split;
 pub mod sstable;
+pub mod stream;

@@ -37,6 +37,8 @@ enum Command {
     Gen(cli::gen::GenArgs),
     /// Measure throughput and memory (see docs/benchmarks.md).
     Bench(cli::bench::BenchArgs),
+    /// Ship sstables to another node, verified per chunk (docs/stream.md).
+    Stream(cli::stream::StreamArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
         Command::Recover(a) => cli::split::recover(a),
         Command::Gen(a) => cli::gen::run(a),
         Command::Bench(a) => cli::bench::run(a),
+        Command::Stream(a) => cli::stream::run(a),
     };
     match result {
         Ok(code) => code,

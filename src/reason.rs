@@ -32,6 +32,14 @@ pub enum Reason {
     Busy,
     /// Any other I/O error (EIO, a vanished file, …).
     IoError,
+    /// A stream request without the right bearer token or client certificate.
+    Unauthorized,
+    /// The stream receiver is at its concurrent-transfer limit (HTTP 429; retried).
+    TooManyTransfers,
+    /// The stream receiver cannot be reached (refused, reset, timed out) after the retries.
+    Unreachable,
+    /// The receiver's import command (`--stream-import-command`) failed.
+    ImportFailed,
 }
 
 impl Reason {
@@ -47,6 +55,10 @@ impl Reason {
         Reason::CheckFailed,
         Reason::Busy,
         Reason::IoError,
+        Reason::Unauthorized,
+        Reason::TooManyTransfers,
+        Reason::Unreachable,
+        Reason::ImportFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -61,6 +73,10 @@ impl Reason {
             Reason::CheckFailed => "CheckFailed",
             Reason::Busy => "Busy",
             Reason::IoError => "IoError",
+            Reason::Unauthorized => "Unauthorized",
+            Reason::TooManyTransfers => "TooManyTransfers",
+            Reason::Unreachable => "Unreachable",
+            Reason::ImportFailed => "ImportFailed",
         }
     }
 

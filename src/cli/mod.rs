@@ -8,3 +8,4 @@ pub mod inspect;
 pub mod progress;
 pub mod run;
 pub mod split;
+pub mod stream;

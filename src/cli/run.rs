@@ -60,6 +60,11 @@ pub struct RunArgs {
     /// With --local: exit once every job of this node has finished.
     #[arg(long, requires = "local")]
     pub once: bool,
+    /// Serve the RangeStream receiver on this address (docs/stream.md); off by default.
+    #[arg(long)]
+    pub stream_addr: Option<String>,
+    #[command(flatten)]
+    pub stream: super::stream::ReceiverFlags,
 }
 
 /// The process's tracing subscriber: `filter` (EnvFilter syntax), else `$RUST_LOG`, else
@@ -121,6 +126,18 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         };
         let server = cleave::http::Server::new(listener, metrics::router(metrics.clone()));
         let http = tokio::spawn(server.serve(stop()));
+        if let Some(addr) = &a.stream_addr {
+            let registry = metrics.registry.clone();
+            super::stream::spawn_receiver(
+                addr,
+                &a.stream,
+                Some(a.data_dir.clone()),
+                f64::from(a.min_free_percent),
+                &registry,
+                stop(),
+            )
+            .await?;
+        }
         let limits = NodeLimits {
             max_concurrent_jobs: a.max_concurrent_jobs as usize,
             min_free_percent: a.min_free_percent,

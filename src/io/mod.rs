@@ -1,6 +1,7 @@
 //! Syscalls and `/proc` reads: everything that talks to the kernel directly rather than
 //! through `std::fs`.
 
+pub mod at;
 pub mod copy;
 pub mod durable;
 pub mod fault;

@@ -1,0 +1,1141 @@
+//! The receiver: accepts a child sstable's manifest, then its files, checking every chunk
+//! as it arrives, records durable resume points, and on commit assembles the child, runs
+//! the full sstable check, publishes it per `import` and answers with a verdict.
+//!
+//! Order of checks for every request (docs/stream.md "Receiver"): authentication, path
+//! and manifest validation, the table allow-list, size bounds, free space and the
+//! concurrent-transfer limit — all before the first byte is written. Files are created
+//! with `openat(O_NOFOLLOW)` under a staging root opened once; names are allow-listed.
+//!
+//! On disk, under `--stream-staging`:
+//! - `transfers/<id>/manifest`: the manifest as received (a replay must match it);
+//! - `transfers/<id>/<Component>` and `<Component>.offset` (the verified, fsynced prefix:
+//!   u64 offset, u32 CRC32 of that prefix, u32 CRC32 of those 12 bytes);
+//! - `transfers/<id>/sstable/`: the assembled child during commit; `publish.json` the
+//!   journal of a commit in progress; `verdict.json` once published (kept: it is what makes
+//!   a replay publish nothing);
+//! - `ready/<keyspace>/<table>/`: children of `import: None`.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Body;
+use hyper::body::Bytes;
+use hyper::{Method, Request, Response, StatusCode};
+
+use super::manifest::{self, Import, Manifest};
+use super::metrics::StreamMetrics;
+use super::verify::{Boundary, Chunking, Verifier};
+use super::{
+    fingerprint_string, ErrorBody, ErrorDetail, FileState, StreamError, TransferState, Verdict,
+    OFFSET_HEADER, PROTOCOL_HEADER,
+};
+use crate::io::at::{self, Dir};
+use crate::sstable::checksum::{ChunkChecksums, Digest};
+use crate::sstable::compression::CompressionInfo;
+use crate::sstable::table::CheckLevel;
+use crate::sstable::{Component, Descriptor, Format, SSTable, SSTableId, Toc, Version};
+
+/// Plain files get a resume point every 8 MiB; chunked files at chunk ends.
+const PLAIN_STEP: u64 = 8 << 20;
+/// A durable checkpoint (fdatasync + offset file) at most every 64 MiB of verified bytes.
+const CHECKPOINT_BYTES: u64 = 64 << 20;
+/// Received bytes are written and checked in pieces of this size.
+const WRITE_BYTES: usize = 1 << 20;
+
+#[derive(Debug, Clone)]
+pub struct ReceiverConfig {
+    pub staging: PathBuf,
+    /// Cassandra data directory (`<data>/<keyspace>/<table>-<id>/`), for Staging/Import.
+    pub data_dir: Option<PathBuf>,
+    /// Bearer token (the file's content, trimmed); `None` when only mutual TLS authenticates.
+    pub token: Option<String>,
+    /// `ks.table` or `ks.*`; empty = any table.
+    pub allow_tables: Vec<String>,
+    pub max_transfers: usize,
+    pub min_free_percent: f64,
+    /// argv template with `{keyspace}`, `{table}`, `{dir}` (no shell).
+    pub import_command: Option<String>,
+    pub retry_after_secs: u64,
+    /// A transfer without a request for this long gives its slot up (staging is kept).
+    pub idle_timeout: Duration,
+}
+
+struct Slot {
+    last_seen: Instant,
+    /// One request at a time per transfer.
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+pub struct Receiver {
+    cfg: ReceiverConfig,
+    transfers: Dir,
+    transfers_path: PathBuf,
+    slots: Mutex<HashMap<String, Slot>>,
+    commit_lock: tokio::sync::Mutex<()>,
+    pub metrics: Arc<StreamMetrics>,
+}
+
+type Resp = Response<Full<Bytes>>;
+
+fn json_response(status: u16, v: &impl serde::Serialize) -> Resp {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    Response::builder()
+        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header("content-type", "application/json")
+        .header(PROTOCOL_HEADER, manifest::PROTOCOL_VERSION.to_string())
+        .body(Full::new(Bytes::from(body)))
+        .unwrap_or_default()
+}
+
+/// The response for an error: its status, the JSON error body, `Retry-After` on 429,
+/// `WWW-Authenticate` on 401.
+pub fn error_response(e: &StreamError) -> Resp {
+    let offset = match e {
+        StreamError::Conflict { offset, .. } => *offset,
+        _ => None,
+    };
+    let body = ErrorBody {
+        error: ErrorDetail {
+            reason: e.reason().as_str().to_string(),
+            message: e.to_string(),
+            offset,
+        },
+    };
+    let mut r = json_response(e.status(), &body);
+    if let StreamError::TooManyTransfers {
+        retry_after_secs, ..
+    } = e
+    {
+        if let Ok(v) = retry_after_secs.to_string().parse() {
+            r.headers_mut().insert("retry-after", v);
+        }
+    }
+    if matches!(e, StreamError::Unauthorized(_)) {
+        r.headers_mut().insert(
+            "www-authenticate",
+            hyper::header::HeaderValue::from_static("Bearer realm=\"cleave-stream\""),
+        );
+    }
+    r
+}
+
+/// Constant-time comparison: the token check must not leak its prefix through timing.
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn io_at(path: &Path) -> impl Fn(std::io::Error) -> StreamError + '_ {
+    move |e| StreamError::io(path.display(), e)
+}
+
+/// Runs blocking file I/O from a handler (the server runs a multi-threaded runtime).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+fn read_all(dir: &Dir, name: &str, what: &Path) -> Result<Vec<u8>, StreamError> {
+    let mut f = dir.open_read(name).map_err(io_at(&what.join(name)))?;
+    let mut v = Vec::new();
+    f.read_to_end(&mut v).map_err(io_at(&what.join(name)))?;
+    Ok(v)
+}
+
+fn exists(dir: &Dir, name: &str) -> bool {
+    dir.open_read(name).is_ok()
+}
+
+/// Writes `name` atomically: a temporary file, fsync, rename, directory fsync.
+fn write_atomic(dir: &Dir, name: &str, bytes: &[u8], what: &Path) -> Result<(), StreamError> {
+    let tmp = format!("{name}.tmp");
+    let p = what.join(name);
+    let mut f = dir.open_rw(&tmp).map_err(io_at(&p))?;
+    f.set_len(0).map_err(io_at(&p))?;
+    f.write_all(bytes).map_err(io_at(&p))?;
+    f.sync_all().map_err(io_at(&p))?;
+    dir.rename(&tmp, name).map_err(io_at(&p))?;
+    dir.sync().map_err(io_at(what))
+}
+
+fn encode_boundary(b: Boundary) -> Vec<u8> {
+    let mut v = Vec::with_capacity(16);
+    v.extend_from_slice(&b.offset.to_be_bytes());
+    v.extend_from_slice(&b.crc.to_be_bytes());
+    let c = crc32fast::hash(&v);
+    v.extend_from_slice(&c.to_be_bytes());
+    v
+}
+
+fn decode_boundary(v: &[u8]) -> Option<Boundary> {
+    if v.len() != 16 || crc32fast::hash(&v[..12]).to_be_bytes() != v[12..16] {
+        return None;
+    }
+    let mut o = [0u8; 8];
+    o.copy_from_slice(&v[..8]);
+    Some(Boundary {
+        offset: u64::from_be_bytes(o),
+        crc: u32::from_be_bytes([v[8], v[9], v[10], v[11]]),
+    })
+}
+
+/// The commit journal: where the assembled child goes, written before the first rename.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Journal {
+    target: PathBuf,
+    generation: u32,
+    partitions: u64,
+    fingerprint: String,
+    data_crc32: u32,
+    chunks_checked: u64,
+}
+
+impl Receiver {
+    pub fn new(
+        mut cfg: ReceiverConfig,
+        metrics: Arc<StreamMetrics>,
+    ) -> Result<Receiver, StreamError> {
+        fs::create_dir_all(&cfg.staging).map_err(io_at(&cfg.staging))?;
+        // Verdicts carry absolute paths.
+        cfg.staging = fs::canonicalize(&cfg.staging).map_err(io_at(&cfg.staging))?;
+        let transfers_path = cfg.staging.join("transfers");
+        fs::create_dir_all(&transfers_path).map_err(io_at(&transfers_path))?;
+        fs::create_dir_all(cfg.staging.join("ready")).map_err(io_at(&cfg.staging))?;
+        let transfers = Dir::open(&transfers_path).map_err(io_at(&transfers_path))?;
+        for t in &cfg.allow_tables {
+            let ok = t.split_once('.').is_some_and(|(k, tb)| {
+                manifest::check_identifier("keyspace", k).is_ok()
+                    && (tb == "*" || manifest::check_identifier("table", tb).is_ok())
+            });
+            if !ok {
+                return Err(StreamError::Invalid(format!(
+                    "--stream-allow-tables entry {t:?}: expected keyspace.table or keyspace.*"
+                )));
+            }
+        }
+        Ok(Receiver {
+            cfg,
+            transfers,
+            transfers_path,
+            slots: Mutex::new(HashMap::new()),
+            commit_lock: tokio::sync::Mutex::new(()),
+            metrics,
+        })
+    }
+
+    /// Serves one request; never fails (errors become their response).
+    pub async fn handle<B>(self: &Arc<Self>, req: Request<B>) -> Resp
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
+    {
+        match self.route(req).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(reason = e.reason().as_str(), "stream request refused: {e}");
+                error_response(&e)
+            }
+        }
+    }
+
+    fn authenticate(&self, headers: &hyper::HeaderMap) -> Result<(), StreamError> {
+        let Some(token) = &self.cfg.token else {
+            // Only mutual TLS authenticates: the handshake already verified the client.
+            return Ok(());
+        };
+        let given = headers
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| StreamError::Unauthorized("no bearer token".into()))?;
+        if !ct_eq(given.trim().as_bytes(), token.as_bytes()) {
+            return Err(StreamError::Unauthorized("wrong bearer token".into()));
+        }
+        Ok(())
+    }
+
+    async fn route<B>(self: &Arc<Self>, req: Request<B>) -> Result<Resp, StreamError>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
+    {
+        self.authenticate(req.headers())?;
+        let path = req.uri().path().to_string();
+        let rest = path
+            .strip_prefix("/v1/transfers/")
+            .ok_or_else(|| StreamError::NotFound(format!("no resource {path}")))?;
+        let segs: Vec<&str> = rest.split('/').collect();
+        let id = segs[0].to_string();
+        manifest::check_id("transfer", &id)?;
+        let method = req.method().clone();
+        match (method, segs.as_slice()) {
+            (Method::PUT, [_]) => {
+                let len = content_length(req.headers());
+                if len.is_some_and(|l| l > manifest::MAX_MANIFEST_BYTES as u64) {
+                    return Err(StreamError::TooLarge(format!(
+                        "manifest of {} bytes, at most {}",
+                        len.unwrap_or(0),
+                        manifest::MAX_MANIFEST_BYTES
+                    )));
+                }
+                let body = Limited::new(req.into_body(), manifest::MAX_MANIFEST_BYTES)
+                    .collect()
+                    .await
+                    .map_err(|e| StreamError::TooLarge(format!("manifest body: {e}")))?
+                    .to_bytes();
+                self.put_manifest(&id, &body)
+            }
+            (Method::GET, [_]) => {
+                let _g = self.lock(&id, false)?.lock_owned().await;
+                blocking(|| self.state(&id)).map(|s| json_response(200, &s))
+            }
+            (Method::DELETE, [_]) => {
+                let _g = self.lock(&id, false)?.lock_owned().await;
+                blocking(|| self.cancel(&id))
+            }
+            (Method::POST, [_, "commit"]) => {
+                let _g = self.lock(&id, true)?.lock_owned().await;
+                let _c = self.commit_lock.lock().await;
+                blocking(|| self.commit(&id)).map(|v| json_response(200, &v))
+            }
+            (Method::PUT, [_, "files", component]) => {
+                let component = component.to_string();
+                if !manifest::ALLOWED_COMPONENTS.contains(&component.as_str()) {
+                    return Err(StreamError::Invalid(format!(
+                        "component {component:?} is not an allowed name"
+                    )));
+                }
+                let offset = req
+                    .headers()
+                    .get(OFFSET_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        StreamError::Invalid(format!("{OFFSET_HEADER}: expected a decimal offset"))
+                    })?;
+                let len = content_length(req.headers())
+                    .ok_or_else(|| StreamError::Invalid("Content-Length is required".into()))?;
+                let _g = self.lock(&id, true)?.lock_owned().await;
+                self.put_file(&id, &component, offset, len, req.into_body())
+                    .await
+            }
+            (m, _) => Err(StreamError::NotFound(format!("no resource {m} {path}"))),
+        }
+    }
+
+    /// The per-transfer lock, taking a concurrency slot when `take_slot` and the transfer
+    /// has none (429 when all are held).
+    fn lock(&self, id: &str, take_slot: bool) -> Result<Arc<tokio::sync::Mutex<()>>, StreamError> {
+        let mut slots = match self.slots.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        };
+        let now = Instant::now();
+        let idle = self.cfg.idle_timeout;
+        slots.retain(|_, s| {
+            now.duration_since(s.last_seen) < idle || Arc::strong_count(&s.lock) > 1
+        });
+        if let Some(s) = slots.get_mut(id) {
+            s.last_seen = now;
+            return Ok(s.lock.clone());
+        }
+        if take_slot && slots.len() >= self.cfg.max_transfers {
+            return Err(StreamError::TooManyTransfers {
+                active: slots.len(),
+                limit: self.cfg.max_transfers,
+                retry_after_secs: self.cfg.retry_after_secs,
+            });
+        }
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        if take_slot {
+            slots.insert(
+                id.to_string(),
+                Slot {
+                    last_seen: now,
+                    lock: lock.clone(),
+                },
+            );
+        }
+        self.metrics.active.set(slots.len() as i64);
+        Ok(lock)
+    }
+
+    fn release(&self, id: &str) {
+        let mut slots = match self.slots.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        };
+        slots.remove(id);
+        self.metrics.active.set(slots.len() as i64);
+    }
+
+    fn dir_path(&self, id: &str) -> PathBuf {
+        self.transfers_path.join(id)
+    }
+
+    fn open_transfer(&self, id: &str) -> Result<Dir, StreamError> {
+        self.transfers
+            .open_dir(id)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOENT) => StreamError::NotFound(format!("no transfer {id}")),
+                Some(libc::ELOOP) | Some(libc::ENOTDIR) => StreamError::Invalid(format!(
+                    "staging entry {} is not a directory (a symlink?)",
+                    self.dir_path(id).display()
+                )),
+                _ => StreamError::io(self.dir_path(id).display(), e),
+            })
+    }
+
+    fn load_manifest(&self, id: &str, dir: &Dir) -> Result<Manifest, StreamError> {
+        let b = read_all(dir, "manifest", &self.dir_path(id))?;
+        Ok(manifest::decode(&b)?)
+    }
+
+    fn verdict(&self, id: &str, dir: &Dir) -> Result<Option<Verdict>, StreamError> {
+        if !exists(dir, "verdict.json") {
+            return Ok(None);
+        }
+        let b = read_all(dir, "verdict.json", &self.dir_path(id))?;
+        serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| StreamError::Invalid(format!("verdict.json of {id}: {e}")))
+    }
+
+    fn progress(&self, dir: &Dir, component: &str) -> Boundary {
+        let name = format!("{component}.offset");
+        let Ok(mut f) = dir.open_read(&name) else {
+            return Boundary::default();
+        };
+        let mut v = Vec::new();
+        if f.read_to_end(&mut v).is_err() {
+            return Boundary::default();
+        }
+        // A torn or damaged offset file restarts the file from zero: safe, only slower.
+        decode_boundary(&v).unwrap_or_default()
+    }
+
+    fn state(&self, id: &str) -> Result<TransferState, StreamError> {
+        let dir = self.open_transfer(id)?;
+        let m = self.load_manifest(id, &dir)?;
+        let verdict = self.verdict(id, &dir)?;
+        let files = m
+            .files
+            .iter()
+            .map(|f| FileState {
+                component: f.component.clone(),
+                size: f.size,
+                offset: if verdict.is_some() {
+                    f.size
+                } else {
+                    self.progress(&dir, &f.component).offset
+                },
+            })
+            .collect();
+        Ok(TransferState {
+            transfer: id.to_string(),
+            state: if verdict.is_some() {
+                "published"
+            } else {
+                "receiving"
+            }
+            .into(),
+            files,
+            verdict,
+        })
+    }
+
+    /// Removes a transfer's staging entirely (a refused or corrupt transfer, a cancel).
+    fn discard(&self, id: &str, reason: &str) {
+        let p = self.dir_path(id);
+        if let Err(e) = fs::remove_dir_all(&p) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::error!("cannot remove staging {}: {e}", p.display());
+            }
+        }
+        let _ = self.transfers.sync();
+        self.release(id);
+        self.metrics
+            .transfers
+            .with_label_values(&["receive", reason])
+            .inc();
+    }
+
+    /// `err` fails the whole transfer: staging is removed and the error returned.
+    fn fail(&self, id: &str, err: StreamError) -> StreamError {
+        tracing::warn!(transfer = id, "transfer failed, staging removed: {err}");
+        self.discard(id, err.reason().as_str());
+        err
+    }
+
+    fn table_allowed(&self, m: &Manifest) -> bool {
+        self.cfg.allow_tables.is_empty()
+            || self.cfg.allow_tables.iter().any(|t| {
+                t.split_once('.')
+                    .is_some_and(|(k, tb)| k == m.keyspace && (tb == "*" || tb == m.table))
+            })
+    }
+
+    /// `<data>/<keyspace>/<table>-<id>` (or `<table>`): exactly one must exist.
+    fn table_dir(&self, m: &Manifest) -> Result<PathBuf, StreamError> {
+        let data = self.cfg.data_dir.as_ref().ok_or_else(|| {
+            StreamError::Invalid(format!(
+                "import {:?} needs the receiver's --data-dir",
+                m.import
+            ))
+        })?;
+        let ks = data.join(&m.keyspace);
+        let rd = fs::read_dir(&ks).map_err(|e| {
+            StreamError::NotFound(format!("keyspace directory {}: {e}", ks.display()))
+        })?;
+        let prefix = format!("{}-", m.table);
+        let mut found: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                n == m.table.as_str()
+                    || n.strip_prefix(&prefix).is_some_and(|id| {
+                        id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit())
+                    })
+            })
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        found.sort();
+        match found.len() {
+            1 => Ok(found.remove(0)),
+            0 => Err(StreamError::NotFound(format!(
+                "no directory for table {}.{} under {}",
+                m.keyspace,
+                m.table,
+                ks.display()
+            ))),
+            _ => Err(StreamError::Invalid(format!(
+                "several directories for table {}.{} under {} (a dropped and re-created table?): {:?}",
+                m.keyspace,
+                m.table,
+                ks.display(),
+                found
+            ))),
+        }
+    }
+
+    fn target_dir(&self, m: &Manifest) -> Result<(PathBuf, Option<PathBuf>), StreamError> {
+        match m.import {
+            Import::None => Ok((
+                self.cfg
+                    .staging
+                    .join("ready")
+                    .join(&m.keyspace)
+                    .join(&m.table),
+                None,
+            )),
+            Import::Staging => {
+                let t = self.table_dir(m)?;
+                Ok((t.join("cleave-staged").join(&m.group), Some(t)))
+            }
+            Import::Import => {
+                let t = self.table_dir(m)?;
+                Ok((
+                    t.join("cleave-staged").join(&m.group).join(&m.transfer),
+                    Some(t),
+                ))
+            }
+        }
+    }
+
+    fn put_manifest(&self, id: &str, body: &[u8]) -> Result<Resp, StreamError> {
+        let m = manifest::decode(body)?;
+        if m.transfer != id {
+            return Err(StreamError::Invalid(format!(
+                "manifest transfer {:?} differs from the path's {id:?}",
+                m.transfer
+            )));
+        }
+        if !self.table_allowed(&m) {
+            return Err(StreamError::Forbidden(format!(
+                "table {}.{} is not in --stream-allow-tables",
+                m.keyspace, m.table
+            )));
+        }
+        if m.import == Import::Import && self.cfg.import_command.is_none() {
+            return Err(StreamError::Invalid(
+                "import: Import needs the receiver's --stream-import-command".into(),
+            ));
+        }
+        if let (_, Some(table)) = self.target_dir(&m)? {
+            let a = crate::io::fs::device_of(&table).map_err(io_at(&table))?;
+            let b =
+                crate::io::fs::device_of(&self.cfg.staging).map_err(io_at(&self.cfg.staging))?;
+            if a != b {
+                return Err(StreamError::Invalid(format!(
+                    "staging {} is on another filesystem than the table directory {}: children are published by rename",
+                    self.cfg.staging.display(),
+                    table.display()
+                )));
+            }
+        }
+        blocking(|| match self.transfers.open_dir(id) {
+            Ok(dir) => {
+                let stored = read_all(&dir, "manifest", &self.dir_path(id))?;
+                if stored != body {
+                    return Err(StreamError::Conflict {
+                            message: format!(
+                                "transfer {id} exists with a different manifest: a transfer id names one child"
+                            ),
+                            offset: None,
+                        });
+                }
+                if self.verdict(id, &dir)?.is_none() {
+                    self.lock(id, true)?;
+                }
+                Ok(json_response(200, &self.state(id)?))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                self.lock(id, true)?;
+                if let Err(e) = self.check_space(&m) {
+                    self.release(id);
+                    return Err(e);
+                }
+                self.transfers
+                    .create_dir(id)
+                    .map_err(io_at(&self.dir_path(id)))?;
+                self.transfers.sync().map_err(io_at(&self.transfers_path))?;
+                let dir = self.open_transfer(id)?;
+                write_atomic(&dir, "manifest", body, &self.dir_path(id))?;
+                tracing::info!(
+                    transfer = id,
+                    keyspace = m.keyspace,
+                    table = m.table,
+                    bytes = m.total_bytes(),
+                    "transfer accepted"
+                );
+                Ok(json_response(201, &self.state(id)?))
+            }
+            Err(e) => Err(self.fail_open(id, e)),
+        })
+    }
+
+    fn fail_open(&self, id: &str, e: std::io::Error) -> StreamError {
+        match e.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) => StreamError::Invalid(format!(
+                "staging entry {} is a symlink or not a directory: refused",
+                self.dir_path(id).display()
+            )),
+            _ => StreamError::io(self.dir_path(id).display(), e),
+        }
+    }
+
+    /// 507 when accepting the declared bytes would leave less than `--min-free-percent`.
+    fn check_space(&self, m: &Manifest) -> Result<(), StreamError> {
+        let (avail, total) = at::space(&self.cfg.staging).map_err(io_at(&self.cfg.staging))?;
+        let need = m.total_bytes();
+        let floor = (total as f64 * self.cfg.min_free_percent / 100.0) as u64;
+        if avail < need.saturating_add(floor) {
+            return Err(StreamError::InsufficientSpace(format!(
+                "{} needs {need} bytes; {} has {avail} of {total} available and keeps {}% ({floor} bytes) free",
+                m.transfer,
+                self.cfg.staging.display(),
+                self.cfg.min_free_percent
+            )));
+        }
+        Ok(())
+    }
+
+    fn chunking(
+        &self,
+        id: &str,
+        dir: &Dir,
+        m: &Manifest,
+        component: &str,
+    ) -> Result<Chunking, StreamError> {
+        if component != "Data.db" {
+            return Ok(Chunking::Plain { step: PLAIN_STEP });
+        }
+        let table = if m.is_compressed() {
+            "CompressionInfo.db"
+        } else {
+            "CRC.db"
+        };
+        let entry = m
+            .file(table)
+            .ok_or_else(|| StreamError::Invalid(format!("{table} missing")))?;
+        if self.progress(dir, table).offset != entry.size {
+            return Err(StreamError::Conflict {
+                message: format!(
+                    "Data.db before {table} is complete: its chunks are checked against it"
+                ),
+                offset: Some(0),
+            });
+        }
+        let path = self.dir_path(id).join(table);
+        let bytes = read_all(dir, table, &self.dir_path(id))?;
+        let version = Version::parse(&m.version)
+            .ok_or_else(|| StreamError::Invalid(format!("version {}", m.version)))?;
+        if m.is_compressed() {
+            let ci = CompressionInfo::parse(&path, &bytes, version)
+                .map_err(|e| StreamError::Corrupt(e.to_string()))?;
+            Ok(Chunking::Compressed {
+                offsets: ci.offsets,
+            })
+        } else {
+            let c = ChunkChecksums::parse(&path, &bytes)
+                .map_err(|e| StreamError::Corrupt(e.to_string()))?;
+            Ok(Chunking::Blocks {
+                size: c.chunk_size as u64,
+                crcs: c.crcs,
+            })
+        }
+    }
+
+    fn checkpoint(
+        &self,
+        id: &str,
+        dir: &Dir,
+        file: &fs::File,
+        component: &str,
+        b: Boundary,
+    ) -> Result<(), StreamError> {
+        let p = self.dir_path(id).join(component);
+        file.sync_data().map_err(io_at(&p))?;
+        crate::io::fault::point("stream-receive:checkpoint");
+        write_atomic(
+            dir,
+            &format!("{component}.offset"),
+            &encode_boundary(b),
+            &self.dir_path(id),
+        )
+    }
+
+    async fn put_file<B>(
+        self: &Arc<Self>,
+        id: &str,
+        component: &str,
+        offset: u64,
+        len: u64,
+        mut body: B,
+    ) -> Result<Resp, StreamError>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
+    {
+        let dir = self.open_transfer(id)?;
+        let m = self.load_manifest(id, &dir)?;
+        if self.verdict(id, &dir)?.is_some() {
+            return Err(StreamError::Conflict {
+                message: format!("transfer {id} is already published"),
+                offset: None,
+            });
+        }
+        let entry = m
+            .file(component)
+            .ok_or_else(|| {
+                StreamError::NotFound(format!("{component} is not in the manifest of {id}"))
+            })?
+            .clone();
+        let from = self.progress(&dir, component);
+        if offset != from.offset {
+            return Err(StreamError::Conflict {
+                message: format!(
+                    "{component} of {id}: body starts at {offset}, the durable offset is {}",
+                    from.offset
+                ),
+                offset: Some(from.offset),
+            });
+        }
+        if len != entry.size - offset {
+            return Err(StreamError::Invalid(format!(
+                "{component} of {id}: Content-Length {len}, expected {} (size {} - offset {offset})",
+                entry.size - offset,
+                entry.size
+            )));
+        }
+        let chunking = self.chunking(id, &dir, &m, component)?;
+        let path = self.dir_path(id).join(component);
+        let file = match dir.open_rw(component) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(self.fail(
+                    id,
+                    StreamError::Invalid(format!(
+                        "{} is a symlink: refused (staging entries are never followed)",
+                        path.display()
+                    )),
+                ))
+            }
+            Err(e) => return Err(StreamError::io(path.display(), e)),
+        };
+        blocking(|| file.set_len(offset)).map_err(io_at(&path))?;
+        let mut v = Verifier::new(chunking, entry.size, from)
+            .map_err(|e| self.fail(id, StreamError::Corrupt(format!("{component}: {e}"))))?;
+        if offset > 0 {
+            self.metrics.resumes.with_label_values(&["receive"]).inc();
+            tracing::info!(transfer = id, component, offset, "resuming");
+        }
+        let mut last_checkpoint = from.offset;
+        let mut checked = 0;
+        let received = self
+            .metrics
+            .bytes
+            .with_label_values(&["receive", "received"]);
+        let chunks = self.metrics.chunks_checked.with_label_values(&["receive"]);
+        // hyper hands over whatever one socket read gave (often 16 KiB); writing, checking
+        // and leaving the async worker per 1 MiB instead keeps the receiver off the CPU.
+        let mut buf: Vec<u8> = Vec::with_capacity(WRITE_BYTES);
+        let mut broken = None;
+        loop {
+            let frame = match body.frame().await {
+                None => None,
+                Some(Ok(f)) => f.into_data().ok(),
+                Some(Err(e)) => {
+                    broken = Some(e.to_string());
+                    None
+                }
+            };
+            let end = frame.is_none();
+            if let Some(data) = frame {
+                buf.extend_from_slice(&data);
+            }
+            if buf.len() < WRITE_BYTES && !end {
+                continue;
+            }
+            if !buf.is_empty() {
+                let at = v.position();
+                blocking(|| file.write_all_at(&buf, at)).map_err(|e| {
+                    let err = StreamError::io(path.display(), e);
+                    if err.reason() == crate::reason::Reason::InsufficientSpace {
+                        self.fail(id, err)
+                    } else {
+                        err
+                    }
+                })?;
+                v.feed(&buf).map_err(|e| {
+                    self.fail(id, StreamError::Corrupt(format!("{}: {e}", path.display())))
+                })?;
+                received.inc_by(buf.len() as u64);
+                let c = v.chunks_checked();
+                chunks.inc_by(c - checked);
+                checked = c;
+                buf.clear();
+                let b = v.boundary();
+                if b.offset - last_checkpoint >= CHECKPOINT_BYTES && !end {
+                    blocking(|| self.checkpoint(id, &dir, &file, component, b))?;
+                    last_checkpoint = b.offset;
+                }
+            }
+            if end {
+                break;
+            }
+        }
+        if let Some(e) = broken {
+            // The connection broke: keep the verified prefix, durable.
+            let b = v.boundary();
+            blocking(|| -> Result<(), StreamError> {
+                self.checkpoint(id, &dir, &file, component, b)?;
+                file.set_len(b.offset).map_err(io_at(&path))
+            })?;
+            tracing::info!(
+                transfer = id,
+                component,
+                offset = b.offset,
+                "body broken, durable offset kept: {e}"
+            );
+            return Err(StreamError::Unreachable(format!("{component} body: {e}")));
+        }
+        if v.position() != entry.size {
+            let b = v.boundary();
+            blocking(|| -> Result<(), StreamError> {
+                self.checkpoint(id, &dir, &file, component, b)?;
+                file.set_len(b.offset).map_err(io_at(&path))
+            })?;
+            return Err(StreamError::Invalid(format!(
+                "{component} body ended at {} of {} bytes",
+                v.position(),
+                entry.size
+            )));
+        }
+        let crc = v
+            .finish(entry.crc32)
+            .map_err(|e| self.fail(id, StreamError::Corrupt(format!("{}: {e}", path.display()))))?;
+        blocking(|| -> Result<(), StreamError> {
+            file.sync_all().map_err(io_at(&path))?;
+            write_atomic(
+                &dir,
+                &format!("{component}.offset"),
+                &encode_boundary(Boundary {
+                    offset: entry.size,
+                    crc,
+                }),
+                &self.dir_path(id),
+            )
+        })?;
+        self.metrics
+            .bytes
+            .with_label_values(&["receive", "verified"])
+            .inc_by(entry.size - offset);
+        Ok(json_response(
+            200,
+            &FileState {
+                component: component.to_string(),
+                size: entry.size,
+                offset: entry.size,
+            },
+        ))
+    }
+
+    fn cancel(&self, id: &str) -> Result<Resp, StreamError> {
+        let dir = self.open_transfer(id)?;
+        if let Some(v) = self.verdict(id, &dir)? {
+            // Published children are the destination's data now; cancel keeps them.
+            return Ok(json_response(200, &v));
+        }
+        self.discard(id, "Cancelled");
+        Ok(json_response(
+            200,
+            &serde_json::json!({"transfer": id, "state": "cancelled"}),
+        ))
+    }
+
+    fn commit(&self, id: &str) -> Result<Verdict, StreamError> {
+        let dir = self.open_transfer(id)?;
+        let m = self.load_manifest(id, &dir)?;
+        if let Some(v) = self.verdict(id, &dir)? {
+            return Ok(v);
+        }
+        let tdir = self.dir_path(id);
+        let journal: Journal = if exists(&dir, "publish.json") {
+            let b = read_all(&dir, "publish.json", &tdir)?;
+            serde_json::from_slice(&b)
+                .map_err(|e| StreamError::Invalid(format!("publish.json of {id}: {e}")))?
+        } else {
+            for f in &m.files {
+                let p = self.progress(&dir, &f.component);
+                if p.offset != f.size {
+                    return Err(StreamError::Conflict {
+                        message: format!(
+                            "commit of {id} before {} is complete ({} of {} bytes)",
+                            f.component, p.offset, f.size
+                        ),
+                        offset: Some(p.offset),
+                    });
+                }
+            }
+            match self.assemble(id, &dir, &m) {
+                Ok(j) => j,
+                Err(e) => return Err(self.fail(id, e)),
+            }
+        };
+        let desc = Descriptor {
+            dir: tdir.join("sstable"),
+            version: Version::parse(&m.version)
+                .ok_or_else(|| StreamError::Invalid(format!("version {}", m.version)))?,
+            id: SSTableId::Sequence(journal.generation),
+            format: Format::Big,
+        };
+        // Move the checked child into place, TOC last (Cassandra ignores an sstable
+        // without TOC); a crash here is finished by the next commit from the journal.
+        fs::create_dir_all(&journal.target).map_err(io_at(&journal.target))?;
+        let mut components: Vec<Component> = m
+            .files
+            .iter()
+            .map(|f| Component::parse(&f.component))
+            .collect();
+        components.push(Component::Digest);
+        components.push(Component::Toc);
+        let mut published = Vec::new();
+        for c in &components {
+            let from = desc.path(c);
+            let to = journal.target.join(desc.file_name(c));
+            if from.exists() {
+                fs::rename(&from, &to).map_err(io_at(&to))?;
+            } else if !to.exists() {
+                return Err(StreamError::Check(format!(
+                    "{} is neither in staging nor at {}",
+                    desc.file_name(c),
+                    to.display()
+                )));
+            }
+            if *c == Component::Data {
+                published.insert(0, to.display().to_string());
+            } else {
+                published.push(to.display().to_string());
+            }
+        }
+        crate::io::fs::sync_dir(&journal.target).map_err(io_at(&journal.target))?;
+        crate::io::fault::point("stream-receive:published");
+        // Re-open where Cassandra will read it.
+        let data = journal.target.join(desc.file_name(&Component::Data));
+        SSTable::open(&data)
+            .and_then(|t| t.check(CheckLevel::Index, &mut |_| {}))
+            .map_err(|e| StreamError::Check(format!("published child {}: {e}", data.display())))?;
+        let import_output = if m.import == Import::Import {
+            Some(self.run_import(&m, &journal.target)?)
+        } else {
+            None
+        };
+        let verdict = Verdict {
+            transfer: id.to_string(),
+            ok: true,
+            published,
+            partitions: journal.partitions,
+            fingerprint: journal.fingerprint.clone(),
+            data_crc32: journal.data_crc32,
+            chunks_checked: journal.chunks_checked,
+            import: m.import,
+            import_output,
+        };
+        let vb = serde_json::to_vec(&verdict).unwrap_or_default();
+        write_atomic(&dir, "verdict.json", &vb, &tdir)?;
+        // Only the manifest and the verdict stay: they make a replay a no-op.
+        for f in &m.files {
+            let _ = fs::remove_file(tdir.join(format!("{}.offset", f.component)));
+        }
+        let _ = fs::remove_dir_all(tdir.join("sstable"));
+        let _ = fs::remove_file(tdir.join("publish.json"));
+        self.release(id);
+        self.metrics
+            .transfers
+            .with_label_values(&["receive", "ok"])
+            .inc();
+        tracing::info!(transfer = id, target = %journal.target.display(), "child published");
+        Ok(verdict)
+    }
+
+    /// Names the received files as an sstable, writes Digest.crc32 and TOC.txt, runs the
+    /// full check and writes the commit journal.
+    fn assemble(&self, id: &str, dir: &Dir, m: &Manifest) -> Result<Journal, StreamError> {
+        let tdir = self.dir_path(id);
+        let (target, table) = self.target_dir(m)?;
+        let sdir = tdir.join("sstable");
+        fs::create_dir_all(&sdir).map_err(io_at(&sdir))?;
+        let mut dirs: Vec<&Path> = vec![&target, &sdir];
+        if let Some(t) = &table {
+            dirs.push(t);
+        }
+        let generation = crate::split::publish::next_generations(&dirs, 1)
+            .map_err(|e| StreamError::Check(e.to_string()))?
+            .first()
+            .copied()
+            .unwrap_or(1);
+        let desc = Descriptor {
+            dir: sdir.clone(),
+            version: Version::parse(&m.version)
+                .ok_or_else(|| StreamError::Invalid(format!("version {}", m.version)))?,
+            id: SSTableId::Sequence(generation),
+            format: Format::Big,
+        };
+        let mut toc = Vec::new();
+        for f in &m.files {
+            let c = Component::parse(&f.component);
+            fs::rename(tdir.join(&f.component), desc.path(&c)).map_err(io_at(&desc.path(&c)))?;
+            toc.push(c);
+        }
+        let data_crc32 = self.progress(dir, "Data.db").crc;
+        let write = |c: &Component, b: &[u8]| -> Result<(), StreamError> {
+            let p = desc.path(c);
+            let mut f = fs::File::create(&p).map_err(io_at(&p))?;
+            f.write_all(b).map_err(io_at(&p))?;
+            f.sync_all().map_err(io_at(&p))
+        };
+        write(
+            &Component::Digest,
+            &Digest { crc32: data_crc32 }.serialize(),
+        )?;
+        toc.push(Component::Digest);
+        toc.push(Component::Toc);
+        write(&Component::Toc, &Toc { components: toc }.serialize())?;
+        crate::io::fs::sync_dir(&sdir).map_err(io_at(&sdir))?;
+        let data = desc.path(&Component::Data);
+        let t = SSTable::open(&data)
+            .map_err(|e| StreamError::Check(format!("received child does not open: {e}")))?;
+        let rep = t
+            .check(CheckLevel::Full, &mut |_| {})
+            .map_err(|e| StreamError::Check(format!("received child fails the full check: {e}")))?;
+        let j = Journal {
+            target,
+            generation,
+            partitions: rep.partitions,
+            fingerprint: fingerprint_string(&rep.fingerprint),
+            data_crc32,
+            chunks_checked: rep.chunks_checked,
+        };
+        let jb = serde_json::to_vec(&j).unwrap_or_default();
+        write_atomic(dir, "publish.json", &jb, &tdir)?;
+        Ok(j)
+    }
+
+    fn run_import(&self, m: &Manifest, dir: &Path) -> Result<String, StreamError> {
+        let template = self.cfg.import_command.as_deref().unwrap_or_default();
+        let argv: Vec<String> = template
+            .split_whitespace()
+            .map(|a| {
+                a.replace("{keyspace}", &m.keyspace)
+                    .replace("{table}", &m.table)
+                    .replace("{dir}", &dir.display().to_string())
+            })
+            .collect();
+        let Some((prog, args)) = argv.split_first() else {
+            return Err(StreamError::Import("empty --stream-import-command".into()));
+        };
+        let out = std::process::Command::new(prog)
+            .args(args)
+            .output()
+            .map_err(|e| StreamError::Import(format!("{prog}: {e}")))?;
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        text.truncate(4096);
+        if !out.status.success() {
+            return Err(StreamError::Import(format!(
+                "{} exited with {}: {}",
+                argv.join(" "),
+                out.status,
+                text.trim()
+            )));
+        }
+        Ok(text.trim().to_string())
+    }
+}
+
+fn content_length(h: &hyper::HeaderMap) -> Option<u64> {
+    h.get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boundary_files_round_trip_and_refuse_damage() {
+        let b = Boundary {
+            offset: 1 << 40,
+            crc: 0xdead_beef,
+        };
+        let e = encode_boundary(b);
+        assert_eq!(decode_boundary(&e), Some(b));
+        for i in 0..e.len() {
+            let mut d = e.clone();
+            d[i] ^= 1;
+            assert_eq!(decode_boundary(&d), None);
+        }
+        assert_eq!(decode_boundary(&e[..15]), None);
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(b"abc", b"abd"));
+        assert!(!ct_eq(b"abc", b"abcd"));
+    }
+}
