@@ -690,25 +690,9 @@ fn sidecar_pod_accepted(cluster: &Cluster, ns: &str, dc_spec: &Value) -> Value {
 }
 
 /// Flags in the chart's `cleave run` line that CONTRACT.md names but this build's
-/// `cleave run` does not parse yet (the operator and stream issues add them). The e2e run
-/// leaves exactly these out; any other unknown flag fails the test. Empty this list once
-/// they are on main.
-const FLAGS_NOT_YET_IN_CLEAVE_RUN: &[&str] = &[
-    "--log-format",
-    "--log-filter",
-    "--max-concurrent-jobs",
-    "--min-free-percent",
-    "--stream-addr",
-    "--stream-staging",
-    "--stream-token-file",
-    "--stream-tls-cert",
-    "--stream-tls-key",
-    "--stream-tls-client-ca",
-    "--insecure-plaintext",
-    "--stream-max-transfers",
-    "--stream-import-command",
-    "--stream-allow-tables",
-];
+/// `cleave run` does not parse yet. Empty since the operator and stream issues landed: every
+/// flag the chart passes must parse, and any unknown flag fails the test.
+const FLAGS_NOT_YET_IN_CLEAVE_RUN: &[&str] = &[];
 
 #[test]
 fn chart_examples_and_docs_on_a_real_apiserver() {
