@@ -3,6 +3,7 @@
 //! Layers point down only: `sstable` (pure format) ← `split` ← `stream`, `operator` ←
 //! the binary. Syscalls live in `io`.
 
+pub mod bench;
 pub mod gen;
 pub mod http;
 pub mod io;

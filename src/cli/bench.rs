@@ -33,6 +33,57 @@ pub enum BenchKind {
     /// Split a generated parent 8 ways in every layout on an XFS loop mount, cold cache,
     /// against cp and cp --reflink: the CASSANDRA-21550 table (needs root and mkfs.xfs).
     Split(split::SplitBenchArgs),
+    /// Make an 8-way split's files durable by each strategy (serial fsync, a pool, fdatasync,
+    /// syncfs) in --dir: the measurement behind docs/split.md "Durability".
+    Fsync(FsyncBenchArgs),
+}
+
+#[derive(clap::Args)]
+pub struct FsyncBenchArgs {
+    /// Children whose ~8 files each are made durable.
+    #[arg(long, default_value_t = 8)]
+    pub children: usize,
+    /// Multiplies every file size (1: ~2.5 MiB a child).
+    #[arg(long, default_value_t = 1)]
+    pub scale: u64,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+fn run_fsync(a: FsyncBenchArgs) -> Result<ExitCode> {
+    let dir = a.common.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let m = cleave::bench::fsync::run(&dir, a.children, a.scale, a.common.iterations)
+        .with_context(|| format!("fsync bench in {}", dir.display()))?;
+    if a.common.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"load": load.trim(), "results": m}))?
+        );
+    } else {
+        println!("load average: {}", load.trim());
+        let serial = m.first().map_or(0.0, |s| s.median);
+        for r in &m {
+            println!(
+                "{:<24} {:>4} files {:>8.1} MiB  median {:>8.2} ms  ({:.1}x serial)  all: {}",
+                r.strategy,
+                r.files,
+                r.bytes as f64 / (1 << 20) as f64,
+                r.median * 1e3,
+                if r.median > 0.0 {
+                    serial / r.median
+                } else {
+                    0.0
+                },
+                r.seconds
+                    .iter()
+                    .map(|s| format!("{:.1}", s * 1e3))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Options every benchmark kind takes.
@@ -68,6 +119,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     match args.kind {
         BenchKind::Index(a) => run_index(a),
         BenchKind::Split(a) => split::run(a),
+        BenchKind::Fsync(a) => run_fsync(a),
     }
 }
 

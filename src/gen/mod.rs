@@ -186,6 +186,7 @@ struct DataSink {
 
 /// What the sink wrote.
 struct DataWritten {
+    file: File,
     offsets: Vec<u64>,
     crcs: Vec<u32>,
     data_len: u64,
@@ -302,8 +303,8 @@ impl DataSink {
             .out
             .into_inner()
             .map_err(|e| FormatError::io(&self.path, e.into_error()))?;
-        f.sync_all().map_err(|e| FormatError::io(&self.path, e))?;
         Ok(DataWritten {
+            file: f,
             offsets: self.offsets,
             crcs: self.crcs,
             data_len: self.data_len,
@@ -313,10 +314,8 @@ impl DataSink {
     }
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = File::create(path).map_err(|e| FormatError::io(path, e))?;
-    f.write_all(bytes).map_err(|e| FormatError::io(path, e))?;
-    f.sync_all().map_err(|e| FormatError::io(path, e))
+fn batch_err(e: crate::io::durable::BatchError) -> FormatError {
+    FormatError::io(&e.path, e.source)
 }
 
 pub const SCHEMA: &str = "CREATE KEYSPACE IF NOT EXISTS ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1};\n\
@@ -438,14 +437,20 @@ pub fn generate(o: &GenOptions, progress: &mut dyn FnMut(u64)) -> Result<GenRepo
     let fi = w
         .into_inner()
         .map_err(|e| FormatError::io(&index_path, e.into_error()))?;
-    fi.sync_all().map_err(|e| FormatError::io(&index_path, e))?;
+    // Every file durable together at the end, TOC.txt last (io::durable, as a split does).
+    let mut batch = crate::io::durable::Batch::new();
+    batch.adopt(&index_path, fi, false);
     let DataWritten {
+        file: data_file,
         offsets,
         crcs,
         data_len,
         file_bytes,
         digest,
     } = sink.finish()?;
+    batch.adopt(&data_path, data_file, false);
+    let mut write_file =
+        |path: &Path, bytes: &[u8]| batch.overwrite(path, bytes).map_err(batch_err);
 
     let mut toc = vec![Component::Data, Component::Index];
     if let Some(chunk) = o.chunk_length {
@@ -584,13 +589,14 @@ pub fn generate(o: &GenOptions, progress: &mut dyn FnMut(u64)) -> Result<GenRepo
     )?;
     toc.push(Component::Digest);
     toc.push(Component::Toc);
-    write_file(
-        &desc.path(&Component::Toc),
-        &Toc { components: toc }.serialize(),
-    )?;
     let schema = o.out.join("schema.cql");
     write_file(&schema, SCHEMA.as_bytes())?;
-    crate::io::fs::sync_dir(&o.out).map_err(|e| FormatError::io(&o.out, e))?;
+    batch.last(
+        &desc.path(&Component::Toc),
+        Toc { components: toc }.serialize(),
+    );
+    batch.dir(&o.out);
+    batch.commit().map_err(batch_err)?;
     Ok(GenReport {
         data: data_path,
         schema,

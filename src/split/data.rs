@@ -435,6 +435,65 @@ pub fn compressed_layout(
         None
     };
 
+    // A first chunk without a dead prefix that already sits on a block boundary in the
+    // parent (chunk 0 always does) is carried verbatim with the interior: its successors
+    // then land at congruent offsets whatever the data, incompressible included.
+    let s_k = ci.offsets[k as usize];
+    if dead == 0
+        && j > k
+        && matches!(want, Layout::Aligned | Layout::Copy)
+        && (want == Layout::Copy || block == 0 || s_k.is_multiple_of(block))
+    {
+        let (layout, fallback) = if want == Layout::Aligned && block == 0 {
+            (
+                Layout::Copy,
+                Some(Fallback::NoShare(
+                    no_share.unwrap_or(reflink::CloneRefusal::NotSupported),
+                )),
+            )
+        } else {
+            (want, None)
+        };
+        let s_j = ci.offsets[j as usize];
+        let mut segments = vec![Segment::Parent {
+            dst: 0,
+            src: s_k,
+            len: s_j - s_k,
+        }];
+        let mut pos = s_j - s_k;
+        let mut offsets = ChildOffsets {
+            interior: Some(InteriorChunks {
+                from: k,
+                to: j,
+                src_start: s_k,
+                dst_start: 0,
+            }),
+            ..Default::default()
+        };
+        if let Some(last) = &last {
+            let p = encode_chunk(out_path, ci, last)?;
+            offsets
+                .tail
+                .push(push_bytes(&mut segments, &mut pos, with_crc(p)));
+        }
+        if g.extra_chunk {
+            let p = extra_chunk(out_path, ci)?;
+            offsets
+                .tail
+                .push(push_bytes(&mut segments, &mut pos, with_crc(p)));
+        }
+        return Ok(DataLayout {
+            segments,
+            offsets,
+            data_length: g.data_length,
+            file_size: pos,
+            layout,
+            fallback,
+            interior: Some((k, j - 1)),
+            pad: 0,
+        });
+    }
+
     // Decide the layout and the first chunk's encoding.
     let mut layout = want;
     let mut fallback: Option<Fallback> = None;
@@ -444,6 +503,8 @@ pub fn compressed_layout(
             .is_none_or(|m| (len as u64) < m as u64)
     };
     let mut first_payload: Option<Vec<u8>> = None;
+    // (lead zero chunk, chunk k) when the lead chunk does the aligning.
+    let mut lead_payloads: Option<(Vec<u8>, Vec<u8>)> = None;
     if matches!(want, Layout::Aligned | Layout::Padded) {
         if let Some((s1, _)) = interior {
             if block == 0 {
@@ -458,7 +519,29 @@ pub fn compressed_layout(
                     compressor: ci.compressor.clone(),
                 });
             } else {
-                if want == Layout::Aligned {
+                if want == Layout::Aligned && g.lead > 0 {
+                    // The lead chunk of zeros is the knob: chunk k is encoded as usual and
+                    // the zeros' encoding absorbs whatever residue is left. Its 16 last
+                    // bytes go as "live" zeros so that the rest is a tunable zero run.
+                    let p_k = encode_chunk(out_path, ci, &first)?;
+                    let t = LengthTarget::Residue {
+                        add: 4 + p_k.len() + 4,
+                        modulus: block as usize,
+                        residue: (s1 % block) as usize,
+                    };
+                    let zeros = l as usize;
+                    match lz4::encode_tuned(zeros - 16, &[0u8; 16], t).filter(|p| max_ok(p.len())) {
+                        Some(z) => lead_payloads = Some((z, p_k)),
+                        None => {
+                            fallback = Some(Fallback::NoAlignedEncoding {
+                                dead_prefix: dead as u64,
+                                residue: s1 % block,
+                                block,
+                            });
+                            layout = Layout::Copy;
+                        }
+                    }
+                } else if want == Layout::Aligned {
                     let t = LengthTarget::Residue {
                         add: 4,
                         modulus: block as usize,
@@ -501,27 +584,42 @@ pub fn compressed_layout(
             }
         }
     }
-    let first_payload = match first_payload {
-        Some(p) => p,
-        None => encode_chunk(out_path, ci, &first)?,
-    };
 
     let mut segments = Vec::with_capacity(5);
     let mut pos = 0u64;
-    fn push_bytes(segments: &mut Vec<Segment>, pos: &mut u64, bytes: Vec<u8>) -> u64 {
-        let dst = *pos;
-        *pos += bytes.len() as u64;
-        segments.push(Segment::Bytes { dst, bytes });
-        dst
-    }
     if pad > 0 {
         // CEP-66's head pad: zeros before offsets[0], never read by a non-mmap reader.
         push_bytes(&mut segments, &mut pos, vec![0u8; pad as usize]);
     }
     let mut offsets = ChildOffsets::default();
-    offsets
-        .head
-        .push(push_bytes(&mut segments, &mut pos, with_crc(first_payload)));
+    match lead_payloads {
+        Some((zeros, p_k)) => {
+            offsets
+                .head
+                .push(push_bytes(&mut segments, &mut pos, with_crc(zeros)));
+            offsets
+                .head
+                .push(push_bytes(&mut segments, &mut pos, with_crc(p_k)));
+        }
+        None => {
+            let p = match first_payload {
+                Some(p) => p,
+                // A lead chunk that found no aligning encoding: the zeros are still there
+                // (index positions count them), encoded plainly, and the child is copied.
+                None if g.lead > 0 => {
+                    let z = encode_chunk(out_path, ci, &vec![0u8; l as usize])?;
+                    offsets
+                        .head
+                        .push(push_bytes(&mut segments, &mut pos, with_crc(z)));
+                    encode_chunk(out_path, ci, &first)?
+                }
+                None => encode_chunk(out_path, ci, &first)?,
+            };
+            offsets
+                .head
+                .push(push_bytes(&mut segments, &mut pos, with_crc(p)));
+        }
+    }
     if let Some((s1, sj)) = interior {
         offsets.interior = Some(InteriorChunks {
             from: k + 1,
@@ -558,6 +656,14 @@ pub fn compressed_layout(
         interior: interior.map(|_| (k + 1, j - 1)),
         pad,
     })
+}
+
+/// Appends encoded bytes at `*pos`; returns where they start.
+fn push_bytes(segments: &mut Vec<Segment>, pos: &mut u64, bytes: Vec<u8>) -> u64 {
+    let dst = *pos;
+    *pos += bytes.len() as u64;
+    segments.push(Segment::Bytes { dst, bytes });
+    dst
 }
 
 /// A chunk cleave encoded as stored: payload then its big-endian CRC32.

@@ -200,6 +200,10 @@ impl Parent {
             unit,
             block,
             no_share,
+            lz4: t
+                .compression
+                .as_ref()
+                .is_some_and(|c| c.codec() == Codec::Lz4),
         };
         let compression = t
             .compression

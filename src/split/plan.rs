@@ -395,6 +395,11 @@ pub struct Geometry {
     /// `dataLength % chunkLength == 0`: one extra chunk so that seeking to `dataLength`
     /// finds a chunk (`RandomAccessReader` → `chunkFor`; sstable-format.md §4.5).
     pub extra_chunk: bool,
+    /// Bytes of a lead chunk of zeros before the first chunk (0 or one chunk length): its
+    /// LZ4 encoding is the knob that aligns the interior when the dead prefix is too short
+    /// to be one (incompressible data). Child positions are `parent position - base + lead`;
+    /// `data_length` includes it.
+    pub lead: u64,
 }
 
 /// Geometry of bytes `[first_position, end_position)` on a grid of `unit` bytes.
@@ -410,7 +415,20 @@ pub fn geometry(first_position: u64, end_position: u64, unit: u64) -> Geometry {
         dead_prefix: first_position - base,
         data_length,
         extra_chunk: data_length.is_multiple_of(unit),
+        lead: 0,
     }
+}
+
+/// Whether an `aligned` child needs a lead chunk of zeros: its dead prefix alone is shorter
+/// than the block plus the encoder's slack, so on incompressible data no encoding of its
+/// first chunk may reach the residue the interior needs. Not when the dead prefix is 0 and
+/// the first chunk already sits on a block boundary in the parent (chunk 0 always does):
+/// that chunk is then carried verbatim, at a congruent offset.
+pub fn needs_lead(g: &Geometry, first_chunk_offset: u64, block: u64) -> bool {
+    block > 0
+        && g.last_chunk >= g.first_chunk + 2
+        && g.dead_prefix < preferred_dead_prefix(block)
+        && !(g.dead_prefix == 0 && first_chunk_offset.is_multiple_of(block))
 }
 
 /// How a child's Data.db is made (design-notes.md "Layouts").
@@ -563,6 +581,8 @@ pub struct Grid {
     pub block: u64,
     /// Why it cannot, when it cannot.
     pub no_share: Option<crate::io::reflink::CloneRefusal>,
+    /// The parent's chunks are LZ4 (the only codec whose encodings cleave tunes).
+    pub lz4: bool,
 }
 
 /// Decides each child's layout, geometry and predicted bytes: pure.
@@ -576,6 +596,7 @@ pub fn resolve(
         unit,
         block,
         no_share,
+        lz4,
     } = grid;
     children
         .into_iter()
@@ -594,7 +615,16 @@ pub fn resolve(
             };
             let geometry = (layout != Layout::Regrid).then(|| {
                 let r = &c.runs[0];
-                geometry(r.first_position, r.end_position, unit)
+                let mut g = geometry(r.first_position, r.end_position, unit);
+                if let (Layout::Aligned, true, Some((offsets, _))) = (layout, lz4, compression) {
+                    let s0 = offsets.get(g.first_chunk as usize).copied().unwrap_or(0);
+                    if needs_lead(&g, s0, block) {
+                        g.lead = unit;
+                        g.data_length += unit;
+                        g.extra_chunk = g.data_length.is_multiple_of(unit);
+                    }
+                }
+                g
             });
             let predicted = match (compression, geometry) {
                 (Some((offsets, file_size)), Some(g)) => {

@@ -52,8 +52,10 @@ impl From<BatchError> for WriteError {
 struct Open {
     desc: Descriptor,
     side: IndexSide<BufWriter<fs::File>>,
-    /// Zero-copy: the rebase point; regrid: the child position of each run's start.
+    /// Zero-copy: the rebase point and the lead chunk; regrid: the child position of each
+    /// run's start.
     base: u64,
+    lead: u64,
     run_offsets: Vec<u64>,
 }
 
@@ -198,6 +200,7 @@ impl Plan {
                             desc: descs[ci].clone(),
                             side,
                             base: plan.geometry.map_or(0, |g| g.base),
+                            lead: plan.geometry.map_or(0, |g| g.lead),
                             run_offsets,
                         })
                     }
@@ -205,7 +208,7 @@ impl Plan {
                 let child_pos = if plan.layout == Layout::Regrid {
                     o.run_offsets[ri] + (pos - plan.child.runs[ri].first_position)
                 } else {
-                    pos - o.base
+                    pos - o.base + o.lead
                 };
                 o.side.add(&key, child_pos, end - pos, &promoted)?;
                 if p_ord == seg_last && seg == last_segment_of[ci] {
@@ -488,6 +491,7 @@ impl Plan {
         let index_path = t.path(&Component::Index);
         let mut side = IndexSide::new(&index_path, Vec::new(), &shape, p.child.partitions());
         let base = p.geometry.map_or(0, |g| g.base);
+        let lead = p.geometry.map_or(0, |g| g.lead);
         let data_length = t.data_length();
         for run in &p.child.runs {
             let mut r = crate::sstable::index::IndexReader::open_at(&index_path, run.index_start)?;
@@ -504,7 +508,7 @@ impl Plan {
                     let end = next
                         .as_ref()
                         .map_or(run.end_position.min(data_length), |n| n.1);
-                    side.add(&key, pos - base, end - pos, &promoted)?;
+                    side.add(&key, pos - base + lead, end - pos, &promoted)?;
                 }
                 match next {
                     Some(e) => {
