@@ -1102,3 +1102,142 @@ fn the_sidecar_serves_the_receiver_with_stream_metrics() {
     );
     assert!(m.contains("cleave_stream_chunks_checked_total"), "{m}");
 }
+
+fn sstcheck_ranges(shared: &Path, data: &Path, ranges: &str) -> serde_json::Value {
+    let out = Command::new("python3")
+        .arg(shared.join("tools/sstcheck.py"))
+        .arg(data)
+        .env("SSTCHECK_RANGES", ranges)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn hex64(v: &serde_json::Value) -> u64 {
+    u64::from_str_radix(v.as_str().unwrap(), 16).unwrap()
+}
+
+/// Sends the range children of `data` for `ranges`, checks each received child with
+/// sstcheck.py and that together they hold exactly the parent's keys in the ranges
+/// (sstcheck's `in_ranges`); returns how many children arrived.
+fn send_ranges_and_check(
+    shared: &Path,
+    recv: &Recv,
+    targs: &[&str],
+    data: &Path,
+    ranges: &str,
+    prefix: &str,
+) -> usize {
+    let s = send(
+        recv.port,
+        &[data],
+        &[
+            targs[0],
+            targs[1],
+            targs[2],
+            "--transfer-prefix",
+            prefix,
+            "--ranges",
+            ranges,
+        ],
+    );
+    assert!(s.ok, "{}", s.stderr);
+    let want = sstcheck_ranges(shared, data, ranges);
+    assert_eq!(want["ok"], true, "{}", want["errors"]);
+    let want = &want["in_ranges"];
+    let (mut n, mut x, mut sum) = (0u64, 0u64, 0u64);
+    let v = json(&s);
+    let children = v.as_array().unwrap();
+    for c in children {
+        assert_eq!(c["verdict"]["ok"], true, "{c}");
+        let published = c["verdict"]["published"].as_array().unwrap();
+        let d = published
+            .iter()
+            .map(|p| PathBuf::from(p.as_str().unwrap()))
+            .find(|p| p.to_string_lossy().ends_with("-Data.db"))
+            .unwrap();
+        let got = sstcheck_json(shared, &d);
+        assert_eq!(got["ok"], true, "{}: {}", d.display(), got["errors"]);
+        n += got["partitions"].as_u64().unwrap();
+        x ^= hex64(&got["keys_xor"]);
+        sum = sum.wrapping_add(hex64(&got["keys_sum"]));
+    }
+    assert_eq!(
+        n,
+        want["partitions"].as_u64().unwrap(),
+        "partitions in {ranges}"
+    );
+    assert_eq!(x, hex64(&want["keys_xor"]), "keys_xor in {ranges}");
+    assert_eq!(sum, hex64(&want["keys_sum"]), "keys_sum in {ranges}");
+    children.len()
+}
+
+#[test]
+fn range_children_of_corpus_and_generated_sstables_hold_exactly_the_keys_in_the_ranges() {
+    let Some(shared) = corpus_or_skip("stream ranges") else {
+        return;
+    };
+    let rows = manifest(&shared);
+    // Compressed Murmur3 sstables (sstcheck.py's `in_ranges` takes integer tokens): in the
+    // corpus today the 3.x ones of three codecs (LZ4, Deflate, Snappy).
+    let mut picked: Vec<&ManifestRow> = Vec::new();
+    for r in rows.iter().filter(|r| {
+        is_supported_big(r) && !r.invalid && !is_damaged(r) && r.compressed && r.partitions >= 5
+    }) {
+        if picked.len() < 3
+            && sstcheck_json(&shared, &r.data_db)["partitioner"] == "Murmur3Partitioner"
+        {
+            picked.push(r);
+        }
+    }
+    assert!(
+        !picked.is_empty(),
+        "corpus lacks compressed Murmur3 sstables"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, targs) = token_args(tmp.path(), "s3cret");
+    let targs: Vec<&str> = targs.iter().map(String::as_str).collect();
+    let recv = serve(&tmp.path().join("recv"), &targs);
+    let src = tmp.path().join("src");
+    let mut sources = Vec::new();
+    for (i, r) in picked.iter().enumerate() {
+        sources.push(copy_sstable(&r.data_db, &src.join(i.to_string())));
+    }
+    // A generated Murmur3 sstable of many chunks: two ranges give two children whose
+    // Data.db is mostly parent chunk runs.
+    let gen_dir = src.join("gen/ks/t-0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(&gen_dir).unwrap();
+    let out = Command::new(cleave_bin())
+        .args(["gen", "--size", "16MiB", "--out"])
+        .arg(&gen_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = std::fs::read_dir(&gen_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with("-Data.db"))
+        .unwrap();
+    let before = snapshot(&src);
+    for (i, data) in sources.iter().enumerate() {
+        // (first, last - 1]: all but the first and the last partition.
+        let whole = sstcheck_json(&shared, data);
+        let (Some(first), Some(last)) =
+            (whole["first_token"].as_i64(), whole["last_token"].as_i64())
+        else {
+            panic!("{}: not Murmur3: {whole}", data.display());
+        };
+        let ranges = format!("{first}:{}", last - 1);
+        let n = send_ranges_and_check(&shared, &recv, &targs, data, &ranges, &format!("r{i}"));
+        assert_eq!(n, 1, "{}: one contiguous run, one child", data.display());
+    }
+    let ranges =
+        "-9000000000000000000:-3000000000000000000,1000000000000000000:4000000000000000000";
+    let n = send_ranges_and_check(&shared, &recv, &targs, &generated, ranges, "gen");
+    assert_eq!(n, 2, "two disjoint ranges, two children");
+    assert_eq!(snapshot(&src), before, "the source directory changed");
+}

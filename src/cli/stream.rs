@@ -23,7 +23,7 @@ pub struct StreamArgs {
 pub enum StreamCommand {
     /// Receive child sstables: verify every chunk, stage, check, publish.
     Serve(ServeArgs),
-    /// Send sstables to a receiver (each one whole, as one child).
+    /// Send sstables to a receiver (each one whole, or its range children with --ranges).
     Send(SendArgs),
 }
 
@@ -119,6 +119,10 @@ pub struct SendArgs {
     pub backoff_ms: u64,
     #[arg(long)]
     pub json: bool,
+    /// Send only the partitions in these token ranges `(l, r]`, as range children of each
+    /// sstable: `l:r,l2:r2` (decimal for Murmur3/Random, hex for ByteOrdered).
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    pub ranges: Vec<String>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -246,6 +250,25 @@ fn fail(e: &StreamError, json: bool) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// `l:r` pairs (`--ranges`) as token ranges `(l, r]` of `p`.
+fn parse_ranges(
+    p: cleave::sstable::Partitioner,
+    specs: &[String],
+) -> Result<Vec<cleave::sstable::TokenRange>> {
+    let specs = specs
+        .iter()
+        .map(|s| {
+            s.split_once(':')
+                .map(|(l, r)| cleave::split::ranges::RangeSpec {
+                    start: l.to_string(),
+                    end: r.to_string(),
+                })
+                .with_context(|| format!("--ranges {s:?}: expected l:r"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    cleave::split::ranges::to_token_ranges(p, &specs).map_err(|e| anyhow::anyhow!("--ranges: {e}"))
+}
+
 async fn send_all(a: SendArgs) -> Result<ExitCode> {
     let token = a.token_file.as_deref().map(read_token).transpose()?;
     let tls = match &a.tls_ca {
@@ -299,8 +322,28 @@ async fn send_all(a: SendArgs) -> Result<ExitCode> {
             },
             source: p.file_name().map(|n| n.to_string_lossy().into_owned()),
         };
-        match send::whole_sstable(p, &name) {
-            Ok(c) => children.push(c),
+        if a.ranges.is_empty() {
+            match send::whole_sstable(p, &name) {
+                Ok(c) => children.push(c),
+                Err(e) => return Ok(fail(&e, a.json)),
+            }
+            continue;
+        }
+        let partitioner = cleave::sstable::SSTable::open(p)?.partitioner;
+        let ranges = parse_ranges(partitioner, &a.ranges)?;
+        match cleave::stream::plan::range_children(p, &ranges, &name) {
+            Ok(rc) => {
+                if !a.json {
+                    eprintln!(
+                        "{}: {} of {} partitions in the ranges, {} children",
+                        p.display(),
+                        rc.partitions_in_ranges,
+                        rc.parent_partitions,
+                        rc.children.len()
+                    );
+                }
+                children.extend(rc.children.into_iter().map(|c| c.source));
+            }
             Err(e) => return Ok(fail(&e, a.json)),
         }
     }

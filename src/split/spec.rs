@@ -29,6 +29,10 @@ pub struct RepairedRanges {
 pub enum RepairSession {
     RepairedAt(i64),
     Pending([u8; 16]),
+    /// No repair: the ranges only select partitions and every child is unrepaired. A
+    /// RangeStream's sender uses it, as Cassandra resets streamed sstables outside a repair
+    /// session to repairedAt 0 (`CassandraEntireSSTableStreamReader`).
+    Unrepaired,
 }
 
 /// Which anticompaction writer a partition goes to (`CompactionManager.antiCompactGroup`:
@@ -94,6 +98,9 @@ impl RepairedRanges {
                 return Err("transient ranges need --pending-repair: transient replicas' data is never marked repaired directly".into());
             }
         }
+        if self.session == RepairSession::Unrepaired && !self.transient.is_empty() {
+            return Err("transient ranges need --pending-repair".into());
+        }
         for (what, ranges) in [("range", &self.full), ("transient range", &self.transient)] {
             for r in ranges.iter() {
                 if r.left == r.right && ranges.len() > 1 {
@@ -148,13 +155,13 @@ impl RepairedRanges {
                 is_transient: true,
             },
             // Refused by validate(); treat as unrepaired rather than invent a triple.
-            (Label::Transient, RepairSession::RepairedAt(_)) | (Label::Unrepaired, _) => {
-                RepairTriple {
-                    repaired_at: 0,
-                    pending_repair: None,
-                    is_transient: false,
-                }
-            }
+            (Label::Transient, RepairSession::RepairedAt(_))
+            | (Label::Unrepaired, _)
+            | (_, RepairSession::Unrepaired) => RepairTriple {
+                repaired_at: 0,
+                pending_repair: None,
+                is_transient: false,
+            },
         }
     }
 }

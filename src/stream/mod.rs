@@ -12,6 +12,7 @@
 pub mod listen;
 pub mod manifest;
 pub mod metrics;
+pub mod plan;
 pub mod receive;
 pub mod send;
 pub mod tls;
@@ -70,6 +71,10 @@ pub enum StreamError {
     },
     #[error("import command failed: {0}")]
     Import(String),
+    /// Sender side: planning or building a range child of a source sstable failed (the
+    /// split engine's reason: CorruptSSTable, InvalidRequest, …).
+    #[error(transparent)]
+    Source(#[from] crate::split::SplitError),
     /// Sender side: the receiver could not be reached or the connection broke.
     #[error("receiver unreachable: {0}")]
     Unreachable(String),
@@ -107,6 +112,7 @@ impl StreamError {
             StreamError::Check(_) => Reason::CheckFailed,
             StreamError::Io { source, .. } => Reason::of_io(source),
             StreamError::Import(_) => Reason::ImportFailed,
+            StreamError::Source(e) => e.reason(),
             StreamError::Unreachable(_) => Reason::Unreachable,
             StreamError::Remote { reason, .. } => *reason,
         }
@@ -129,7 +135,7 @@ impl StreamError {
             {
                 507
             }
-            StreamError::Io { .. } | StreamError::Import(_) => 500,
+            StreamError::Io { .. } | StreamError::Import(_) | StreamError::Source(_) => 500,
             StreamError::Unreachable(_) => 503,
             StreamError::Remote { status, .. } => *status,
         }

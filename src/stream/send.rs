@@ -91,7 +91,7 @@ pub struct ChildName {
 
 /// Send order: the chunk table first (the receiver checks Data.db against it), Data.db
 /// last.
-const ORDER: &[Component] = &[
+pub(super) const ORDER: &[Component] = &[
     Component::CompressionInfo,
     Component::Crc,
     Component::Statistics,
