@@ -4,6 +4,7 @@
 pub mod copy;
 pub mod fault;
 pub mod fs;
+pub mod lock;
 pub mod loopfs;
 pub mod proc;
 pub mod reflink;

@@ -40,6 +40,7 @@ impl From<SplitError> for Failure {
             SplitError::Invalid(_) => "InvalidSplit",
             SplitError::Refused(_) => "Refused",
             SplitError::Check(_) => "CheckFailed",
+            SplitError::Publish(p) => p.reason().as_str(),
         };
         Failure::new(reason, e.to_string())
     }
@@ -139,8 +140,8 @@ pub fn recover_leftovers(dirs: &[PathBuf], job: &str) -> Result<(), Failure> {
         publish::recover(d).map_err(|e| Failure::new("RecoveryFailed", e.to_string()))?;
         let staged = d.join(STAGED_DIR).join(job);
         if staged.is_dir() {
-            publish::remove_staging_dirs(&staged)
-                .map_err(|e| Failure::new("RecoveryFailed", e.to_string()))?;
+            // A stage killed mid-publication left a log there: none or all children stay.
+            publish::recover(&staged).map_err(|e| Failure::new("RecoveryFailed", e.to_string()))?;
         }
     }
     Ok(())

@@ -33,6 +33,9 @@ pub enum SplitError {
     /// The children do not add up to the parent: nothing was published.
     #[error("check failed, nothing published: {0}")]
     Check(String),
+    /// Locks, the transaction log, staging and the renames (`publish`).
+    #[error(transparent)]
+    Publish(#[from] publish::PublishError),
 }
 
 impl SplitError {
@@ -42,6 +45,10 @@ impl SplitError {
             SplitError::Invalid(_) => "invalid",
             SplitError::Refused(_) => "refused",
             SplitError::Check(_) => "check",
+            SplitError::Publish(e) => match e.reason() {
+                crate::reason::Reason::Busy => "busy",
+                _ => "publish",
+            },
         }
     }
 }
@@ -135,6 +142,10 @@ pub struct SplitReport {
     /// `/proc/self/io` read_bytes / write_bytes during the split (device-level).
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// What publication could not clean up after the children went live (files of the
+    /// parent, the log, staging), each with the obstacle; empty on a clean run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_behind: Vec<String>,
 }
 
 /// Removes the staging directory unless the split got as far as publishing.
@@ -201,6 +212,7 @@ fn validate(t: &SSTable, opts: &SplitOptions) -> Result<(), SplitError> {
     let parent_dir = t
         .path(&Component::Data)
         .parent()
+        .filter(|p| !p.as_os_str().is_empty())
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
     let dev_parent =
@@ -298,8 +310,29 @@ pub fn split(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<SplitReport, SplitError> {
     let io_before = crate::io::proc::io_counters().ok();
+    // From choosing generation ids to publishing, this split owns the parent's directory
+    // and --out (publish::lock_for_split), taken before any sstable file is opened so that
+    // a second cleave is told Busy rather than mistaken for a live Cassandra; staging left
+    // in --out by a killed split is then stale.
+    let mut _locks = Vec::new();
+    if !opts.dry_run && opts.out_dir.is_dir() {
+        let parent_dir = parent_path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if parent_dir.is_dir() {
+            _locks = publish::lock_for_split(parent_dir, &opts.out_dir)?;
+        }
+    }
     let t = SSTable::open(parent_path)?;
     validate(&t, opts)?;
+    let mut guard = StagingGuard(None);
+    let mut staging = PathBuf::new();
+    if !opts.dry_run {
+        publish::remove_staging_dirs(&opts.out_dir)?;
+        staging = publish::create_staging(&opts.out_dir)?;
+        guard.0 = Some(staging.clone());
+    }
     let crc = t.chunk_checksums()?;
     let crc_unit = crc.as_ref().map_or(64 * 1024, |c| c.chunk_size as u64);
     let unit = grid_unit(&t, Some(crc_unit));
@@ -312,8 +345,8 @@ pub fn split(
     let support = if opts.dry_run {
         crate::io::fs::guess_reflink(&opts.out_dir)
     } else {
-        reflink::probe(&parent_file, &opts.out_dir)
-            .map_err(|e| FormatError::io(&opts.out_dir, e))?
+        // Probed inside staging: a kill mid-probe leaves nothing `recover` does not remove.
+        reflink::probe(&parent_file, &staging).map_err(|e| FormatError::io(&staging, e))?
     };
     let (block, no_share) = match support {
         ReflinkSupport::Supported { block_size } => (block_size, None),
@@ -380,14 +413,13 @@ pub fn split(
         bytes_reencoded: 0,
         read_bytes: 0,
         write_bytes: 0,
+        left_behind: Vec::new(),
     };
     if opts.dry_run {
         return Ok(report);
     }
 
     // Pass 2: write every child into staging.
-    let staging = publish::create_staging(&opts.out_dir)?;
-    let mut guard = StagingGuard(Some(staging.clone()));
     let parent_dir = t
         .path(&Component::Data)
         .parent()
@@ -555,7 +587,7 @@ pub fn split(
     crate::io::fs::sync_dir(&staging).map_err(|e| FormatError::io(&staging, e))?;
 
     // Publish.
-    let finals = match opts.publish {
+    let published = match opts.publish {
         Publish::Stage => publish::stage(&staging, &opts.out_dir, &descs)?,
         Publish::Replace => publish::replace(
             &staging,
@@ -566,6 +598,8 @@ pub fn split(
         )?,
     };
     guard.0 = None;
+    report.left_behind = published.left_behind;
+    let finals = published.data_paths;
     report.children = children_reports
         .into_iter()
         .zip(finals)
@@ -721,7 +755,9 @@ impl WriteCtx<'_> {
             let path = desc.path(c);
             let mut f = fs::File::create(&path).map_err(|e| FormatError::io(&path, e))?;
             std::io::Write::write_all(&mut f, bytes).map_err(|e| FormatError::io(&path, e))?;
-            f.sync_all().map_err(|e| FormatError::io(&path, e))
+            f.sync_all().map_err(|e| FormatError::io(&path, e))?;
+            crate::io::fault::point("write:child-file");
+            Ok(())
         };
         let compression_ratio = t.compression.as_ref().map(|_| {
             if result.data_length == 0 {
