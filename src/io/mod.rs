@@ -8,4 +8,5 @@ pub mod lock;
 pub mod loopfs;
 pub mod proc;
 pub mod reflink;
+pub mod residency;
 pub mod throttle;

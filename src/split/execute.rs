@@ -325,6 +325,12 @@ pub fn split(
         }
     }
     let t = SSTable::open(parent_path)?;
+    // When the split ends, the parent pages it read are dropped, not the ones a live node
+    // had cached (io::residency; it replaces a DONTNEED on the whole Index.db).
+    let _evict = crate::io::residency::EvictAddedOnDrop::new(&[
+        t.path(&Component::Index),
+        t.path(&Component::Data),
+    ]);
     validate(&t, opts)?;
     let mut guard = StagingGuard(None);
     let mut staging = PathBuf::new();
@@ -549,10 +555,6 @@ pub fn split(
         bytes: index_total,
         total: index_total,
     });
-    // The parent's index has been read for the last time (NativeLibrary.trySkipCache).
-    if let Ok(f) = fs::File::open(t.path(&Component::Index)) {
-        crate::io::fs::drop_cache(&f, 0, 0);
-    }
     let children_reports: Vec<ChildReport> = done
         .into_iter()
         .enumerate()

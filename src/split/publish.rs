@@ -35,7 +35,11 @@ fn io_err(p: &Path) -> impl Fn(std::io::Error) -> FormatError + '_ {
 pub fn create_staging(out: &Path) -> Result<PathBuf> {
     let dir = out.join(format!("{STAGING_PREFIX}{}", uuid::Uuid::new_v4().simple()));
     fs::create_dir(&dir).map_err(io_err(&dir))?;
-    synced(out)?;
+    if let Err(e) = synced(out) {
+        // The caller's guard only owns staging once this returns it.
+        let _ = fs::remove_dir(&dir);
+        return Err(e);
+    }
     Ok(dir)
 }
 
