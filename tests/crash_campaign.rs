@@ -223,7 +223,7 @@ fn recover(w: &World, mode: &str, via_controller: bool, crash_recover_at: Option
             .unwrap();
     }
     if via_controller {
-        cleave::operator::job::recover_leftovers(&[dir.clone()], "campaign")
+        cleave::operator::job::recover_leftovers(std::slice::from_ref(dir), "campaign")
             .unwrap_or_else(|e| panic!("controller recovery: {}", e.message));
     } else {
         let out = Command::new(cleave_bin())

@@ -508,6 +508,9 @@ fn reflink_probe_lives_in_staging_and_recover_removes_stale_probes() {
     assert_eq!(before, snapshot(&table), "recover leaves the parent alone");
 }
 
+/// Puts something that is not a regular file at a path.
+type MakeOdd = Box<dyn Fn(&Path)>;
+
 /// Finding 6: verify and inspect fail when a TOC-listed integrity component is missing,
 /// and name what a component that is not a regular file really is.
 #[test]
@@ -548,7 +551,7 @@ fn missing_or_odd_components_fail_verify_and_inspect() {
     // Not regular files: each named for what it is.
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("x"), b"x").unwrap();
-    let cases: Vec<(&str, Box<dyn Fn(&Path)>, String)> = vec![
+    let cases: Vec<(&str, MakeOdd, String)> = vec![
         (
             "Index.db",
             Box::new(|p| std::os::unix::fs::symlink("/etc/passwd", p).unwrap()),

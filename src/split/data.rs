@@ -491,7 +491,7 @@ pub fn write_uncompressed(
     let first_len = dl.min(unit);
     // The blocks whose CRC the child recomputes: the first, and a partial last one.
     parent.check_parent_blocks(g.base + g.dead_prefix, g.base + first_len)?;
-    if dl > unit && dl % unit != 0 {
+    if dl > unit && !dl.is_multiple_of(unit) {
         parent.check_parent_blocks(g.base + dl - 1, g.base + dl)?;
     }
     let mut first = vec![0u8; g.dead_prefix as usize];
