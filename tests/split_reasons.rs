@@ -206,18 +206,14 @@ fn the_plan_serves_files_and_memory_alike() {
         0,
         "planning writes nothing"
     );
-    let report = cleave::split::run(
-        &p,
-        &Cut::Parts(4),
-        &policy(),
-        &Target {
-            out_dir: out.clone(),
-            publish: Publish::Stage,
-            dry_run: false,
-        },
-        &mut |_| {},
-    )
-    .unwrap();
+    let target = Target {
+        out_dir: out.clone(),
+        publish: Publish::Stage,
+        dry_run: false,
+    };
+    let lock = cleave::split::lock(&parent, &target).unwrap();
+    let report =
+        cleave::split::run(&p, &Cut::Parts(4), &policy(), &target, &lock, &mut |_| {}).unwrap();
     assert_eq!(report.children.len(), 4);
     for (i, c) in report.children.iter().enumerate() {
         // The writer probed the filesystem (tmp is not XFS here: copy) — plan the memory

@@ -179,6 +179,12 @@ pub fn run(a: SplitArgs) -> Result<ExitCode> {
 }
 
 fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
+    let target = Target {
+        out_dir: a.out.clone(),
+        publish: a.publish,
+        dry_run: a.dry_run,
+    };
+    let lock = engine::lock(&a.parent, &target).map_err(SplitError::from)?;
     let parent = Parent::open(&a.parent).map_err(SplitError::from)?;
     let cut = cut_from_args(a, parent.table()).map_err(|e| Failed {
         reason: Reason::InvalidRequest,
@@ -198,14 +204,9 @@ fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
         merge_below_chunks: a.merge_below_chunks,
         throttle: None,
     };
-    let target = Target {
-        out_dir: a.out.clone(),
-        publish: a.publish,
-        dry_run: a.dry_run,
-    };
     let index_len = parent.table().size_of(&Component::Index).unwrap_or(0);
     let bar = super::progress::bytes_bar(2 * index_len, "splitting");
-    let r = engine::run(&parent, &cut, &policy, &target, &mut |p| match p {
+    let r = engine::run(&parent, &cut, &policy, &target, &lock, &mut |p| match p {
         RunProgress::Index { pass, bytes, .. } => {
             bar.set_position((pass as u64 - 1) * index_len + bytes)
         }

@@ -56,3 +56,41 @@ pub fn point(name: &str) {
         }
     }
 }
+
+/// Error injection beside crash injection: `CLEAVE_FAIL_AT=<point>[@N]` makes the N-th call
+/// of `io_point(<point>)` fail with EIO (`CLEAVE_FAIL_ERRNO=<errno>` for another, e.g. 28
+/// for ENOSPC), as if the syscall after it had failed. Tests use it to fail every step of a
+/// publication and check that what is left is still exactly the parent or all children.
+fn fail_target() -> &'static Option<Target> {
+    static T: OnceLock<Option<Target>> = OnceLock::new();
+    T.get_or_init(|| {
+        let spec = std::env::var("CLEAVE_FAIL_AT").ok()?;
+        let (point, nth) = match spec.rsplit_once('@') {
+            Some((p, n)) => (p.to_string(), n.parse().unwrap_or(1)),
+            None => (spec, 1),
+        };
+        Some(Target { point, nth })
+    })
+}
+
+static FAIL_HITS: AtomicU64 = AtomicU64::new(0);
+
+/// A crash point (`point`) that can also be made to fail (`CLEAVE_FAIL_AT`).
+pub fn io_point(name: &str) -> std::io::Result<()> {
+    point(name);
+    let Some(t) = fail_target() else {
+        return Ok(());
+    };
+    if t.point == name && FAIL_HITS.fetch_add(1, Ordering::SeqCst) + 1 == t.nth {
+        let errno = std::env::var("CLEAVE_FAIL_ERRNO")
+            .ok()
+            .and_then(|e| e.parse().ok())
+            .unwrap_or(libc::EIO);
+        eprintln!(
+            "cleave: CLEAVE_FAIL_AT={name}@{}: injected errno {errno}",
+            t.nth
+        );
+        return Err(std::io::Error::from_raw_os_error(errno));
+    }
+    Ok(())
+}

@@ -160,8 +160,8 @@ pub fn recover_leftovers(dirs: &[PathBuf], job: &str) -> Result<(), Failure> {
         publish::recover(d).map_err(|e| Failure::new("RecoveryFailed", e.to_string()))?;
         let staged = d.join(STAGED_DIR).join(job);
         if staged.is_dir() {
-            publish::remove_staging_dirs(&staged)
-                .map_err(|e| Failure::new("RecoveryFailed", e.to_string()))?;
+            // A stage killed mid-publication left a log there: none or all children stay.
+            publish::recover(&staged).map_err(|e| Failure::new("RecoveryFailed", e.to_string()))?;
         }
     }
     Ok(())
@@ -278,17 +278,23 @@ fn split_one(
         crd::Layout::Copy => Some(Layout::Copy),
         crd::Layout::Regrid => Some(Layout::Regrid),
     };
-    let opened = Parent::open(parent).map_err(SplitError::from)?;
-    let ranges = decide::validate_ranges(spec, opened.table().partitioner)
-        .map_err(|(r, m)| Failure::new(&r, m))?;
     let table_dir = parent.parent().map(Path::to_path_buf).unwrap_or_default();
     let out_dir = match spec.publish {
         _ if spec.dry_run => table_dir.clone(),
         crd::Publish::Replace => table_dir.clone(),
         crd::Publish::Stage => table_dir.join(STAGED_DIR).join(job_name),
     };
+    // --out must exist to be locked; a job refused before writing removes what it created.
+    let created = !out_dir.exists();
     std::fs::create_dir_all(&out_dir)
         .map_err(|e| Failure::new("Refused", format!("{}: {e}", out_dir.display())))?;
+    let made = created.then(|| out_dir.clone());
+    let undo = |f: Failure| {
+        if let Some(d) = &made {
+            let _ = std::fs::remove_dir(d);
+        }
+        f
+    };
     let policy = Policy {
         layout,
         allow_padded: spec.layout == crd::Layout::Padded,
@@ -308,7 +314,19 @@ fn split_one(
         },
         dry_run: spec.dry_run,
     };
-    let report = split::run(&opened, &Cut::Ranges(ranges), &policy, &target, &mut |_| {})?;
+    // Locked before the parent is opened, held until its children are published.
+    let lock = split::lock(parent, &target).map_err(|e| undo(SplitError::from(e).into()))?;
+    let opened = Parent::open(parent).map_err(|e| undo(SplitError::from(e).into()))?;
+    let ranges = decide::validate_ranges(spec, opened.table().partitioner)
+        .map_err(|(r, m)| undo(Failure::new(&r, m)))?;
+    let report = split::run(
+        &opened,
+        &Cut::Ranges(ranges),
+        &policy,
+        &target,
+        &lock,
+        &mut |_| {},
+    )?;
     let result = SSTableResult {
         parent: parent.to_string_lossy().to_string(),
         children: report

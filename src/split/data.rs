@@ -170,6 +170,45 @@ impl ParentData<'_> {
             .map_err(|e| FormatError::io(&self.path, e))?;
         Ok(b)
     }
+
+    /// Checks every parent CRC.db block overlapping `[start, end)` against its stored CRC.
+    /// An uncompressed child gets a fresh CRC for each block it re-derives from the
+    /// parent's bytes; without this check a corrupt parent block would come out of the split
+    /// with a valid checksum (laundered), the child verifying clean while the parent fails.
+    pub fn check_parent_blocks(&self, start: u64, end: u64) -> Result<()> {
+        let Some(pc) = &self.crc else { return Ok(()) };
+        let unit = pc.chunk_size as u64;
+        if unit == 0 || end <= start {
+            return Ok(());
+        }
+        for idx in start / unit..end.div_ceil(unit) {
+            let off = idx * unit;
+            let len = unit.min(self.file_size.saturating_sub(off));
+            let computed = crc32fast::hash(&self.read_at(off, len as usize)?);
+            let Some(&stored) = pc.crcs.get(idx as usize) else {
+                return Err(FormatError::corrupt(
+                    &self.path,
+                    Some(off),
+                    format!(
+                        "block {idx} has no CRC.db entry ({} entries)",
+                        pc.crcs.len()
+                    ),
+                ));
+            };
+            if stored != computed {
+                return Err(FormatError::Checksum {
+                    loc: crate::sstable::error::Location {
+                        file: self.path.clone(),
+                        offset: Some(off),
+                    },
+                    what: format!("block {idx} (CRC.db entry {idx}), which a child re-derives"),
+                    stored,
+                    computed,
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The output file with a running position, byte counters and digest.
@@ -780,6 +819,11 @@ pub fn write_uncompressed(
 ) -> Result<DataResult> {
     let dl = g.data_length;
     let first_len = dl.min(unit);
+    // The blocks whose CRC the child recomputes: the first, and a partial last one.
+    parent.check_parent_blocks(g.base + g.dead_prefix, g.base + first_len)?;
+    if dl > unit && !dl.is_multiple_of(unit) {
+        parent.check_parent_blocks(g.base + dl - 1, g.base + dl)?;
+    }
     let mut first = vec![0u8; g.dead_prefix as usize];
     first.extend_from_slice(
         &parent.read_at(g.base + g.dead_prefix, (first_len - g.dead_prefix) as usize)?,
@@ -960,6 +1004,10 @@ pub fn write_regrid(
             let mut crcs = Vec::new();
             let mut block = crc32fast::Hasher::new();
             let mut in_block = 0u64;
+            // Every byte of a regrid child gets a fresh CRC: check the parent's first.
+            for &(first, end) in runs {
+                parent.check_parent_blocks(first, end)?;
+            }
             for &(first, end) in runs {
                 let mut pos = first;
                 while pos < end {

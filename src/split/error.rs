@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::publish::{Blocker, Recovery};
+use crate::io::lock::LockError;
 use crate::reason::Reason;
 use crate::sstable::fingerprint::Fingerprint;
 use crate::sstable::FormatError;
@@ -188,6 +190,28 @@ pub enum PublishError {
     CassandraRunning { dir: PathBuf, pid: u32, cmd: String },
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// Another cleave holds the table directory or `--out` (`split::lock`, taken before the
+    /// parent is opened and held until its children are published).
+    #[error("{0}")]
+    Busy(#[from] LockError),
+    /// A transaction log cleave will not act on: nothing it names was deleted.
+    #[error("{log}: refused, nothing deleted: {what}", log = .log.display())]
+    Log { log: PathBuf, what: String },
+    /// `recover` (or a roll-back) finished what it could; these files stop the rest.
+    #[error("{}", blocked_message(.blocked))]
+    Blocked {
+        done: Vec<Recovery>,
+        blocked: Vec<Blocker>,
+    },
+}
+
+fn blocked_message(b: &[Blocker]) -> String {
+    let list: Vec<String> = b.iter().map(|x| x.to_string()).collect();
+    format!(
+        "recovery is blocked by {} file(s), every other step is done (remove the obstacle, e.g. `chattr -i`, and run `cleave recover` again): {}",
+        b.len(),
+        list.join("; ")
+    )
 }
 
 impl PublishError {
@@ -196,6 +220,13 @@ impl PublishError {
             PublishError::NotTableDir { .. } => Reason::InvalidRequest,
             PublishError::CassandraRunning { .. } => Reason::CassandraRunning,
             PublishError::Format(e) => format_reason(e),
+            PublishError::Busy(LockError::Busy { .. }) => Reason::Busy,
+            PublishError::Busy(LockError::Io { error, .. }) => Reason::of_io(error),
+            // A log whose records name files outside its table, or that does not parse.
+            PublishError::Log { .. } => Reason::CorruptSSTable,
+            PublishError::Blocked { blocked, .. } => blocked
+                .first()
+                .map_or(Reason::IoError, |b| Reason::of_io(&b.error)),
         }
     }
     pub fn path(&self) -> &Path {
@@ -203,6 +234,11 @@ impl PublishError {
             PublishError::NotTableDir { out, .. } => out,
             PublishError::CassandraRunning { dir, .. } => dir,
             PublishError::Format(e) => format_path(e),
+            PublishError::Busy(LockError::Busy { dir, .. } | LockError::Io { dir, .. }) => dir,
+            PublishError::Log { log, .. } => log,
+            PublishError::Blocked { blocked, .. } => {
+                blocked.first().map_or(Path::new(""), |b| b.path.as_path())
+            }
         }
     }
 }

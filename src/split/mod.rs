@@ -5,7 +5,8 @@
 //! `.publish(mode)`.
 //!
 //! Each step has its own error (`error`), each error a stable `Reason`; `run` is the
-//! pipeline end to end, called by the CLI and the operator alike.
+//! pipeline end to end, called by the CLI and the operator alike, under a `SplitLock`
+//! taken (`lock`) before the parent is opened.
 
 pub mod check;
 pub mod child;
@@ -23,7 +24,7 @@ pub mod write;
 
 use std::path::{Path, PathBuf};
 
-pub use error::SplitError;
+pub use error::{PublishError, SplitError};
 pub use fallback::Fallback;
 pub use parent::Parent;
 pub use plan::{DigestPolicy, Plan, Policy};
@@ -55,17 +56,58 @@ pub enum RunProgress {
     },
 }
 
-/// The pipeline end to end on an opened parent.
+/// The exclusive locks of a split: the parent's table directory and `--out` (one lock when
+/// they are the same directory), held from before the parent is opened until its children
+/// are published. Without them two splits of one table pick the same generation ids
+/// (`Plan::write`) and the later renames overwrite the earlier children; taken before
+/// `Parent::open` so that a second cleave is told `Busy` instead of being taken for a live
+/// Cassandra (`staged::preflight`) because it holds the parent open. `recover` takes the
+/// same lock. Released on drop, or by the kernel when the process dies.
+#[derive(Debug)]
+pub struct SplitLock {
+    _dirs: Vec<crate::io::lock::DirLock>,
+}
+
+/// Locks the table directory of the sstable `parent_path` and `target.out_dir`, without
+/// waiting (`PublishError::Busy` when another cleave holds either). A dry run writes
+/// nothing and locks nothing; neither does a target that is not a directory (`Plan::write`
+/// refuses it).
+pub fn lock(parent_path: &Path, target: &Target) -> Result<SplitLock, PublishError> {
+    let parent_dir = parent_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if target.dry_run || !target.out_dir.is_dir() || !parent_dir.is_dir() {
+        return Ok(SplitLock { _dirs: Vec::new() });
+    }
+    Ok(SplitLock {
+        _dirs: publish::lock_for_split(parent_dir, &target.out_dir)?,
+    })
+}
+
+/// The pipeline end to end on an opened parent; `_lock` (from `lock`, taken before
+/// `Parent::open`) is borrowed for the whole run, from generation choice to publication.
 pub fn run(
     parent: &Parent,
     cut: &Cut,
     policy: &Policy,
     target: &Target,
+    _lock: &SplitLock,
     progress: &mut dyn FnMut(RunProgress),
 ) -> Result<SplitReport, SplitError> {
     let io_before = crate::io::proc::io_counters().ok();
+    // When the split ends, the parent pages it read are dropped, not the ones a live node
+    // had cached (io::residency, as the `trySkipCache` callers and `nocache` do).
+    let _evict = crate::io::residency::EvictAddedOnDrop::new(&[
+        parent.table().path(&crate::sstable::Component::Index),
+        parent.data_path().to_path_buf(),
+    ]);
     if !target.dry_run {
         staged::preflight(parent, &target.out_dir, target.publish)?;
+        // Staging left in --out by a killed split: stale, since this split holds the lock.
+        if target.out_dir.is_dir() {
+            publish::remove_staging_dirs(&target.out_dir).map_err(PublishError::Format)?;
+        }
     }
     let plan = parent.plan_with_progress(cut, policy, &mut |bytes, total| {
         progress(RunProgress::Index {
@@ -106,7 +148,7 @@ pub fn run(
     Ok(report)
 }
 
-/// `run` on the sstable at `path`: opens it once.
+/// `run` on the sstable at `path`: locks, then opens it once.
 pub fn run_path(
     path: &Path,
     cut: &Cut,
@@ -114,6 +156,7 @@ pub fn run_path(
     target: &Target,
     progress: &mut dyn FnMut(RunProgress),
 ) -> Result<SplitReport, SplitError> {
+    let lock = lock(path, target)?;
     let parent = Parent::open(path)?;
-    run(&parent, cut, policy, target, progress)
+    run(&parent, cut, policy, target, &lock, progress)
 }

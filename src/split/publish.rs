@@ -11,7 +11,9 @@ use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+pub use super::error::PublishError;
 use crate::io::fs::sync_dir;
+use crate::io::lock::DirLock;
 use crate::sstable::{Component, Descriptor, FormatError, Result, SSTableId};
 
 pub const STAGING_PREFIX: &str = ".cleave-staging-";
@@ -33,7 +35,11 @@ fn io_err(p: &Path) -> impl Fn(std::io::Error) -> FormatError + '_ {
 pub fn create_staging(out: &Path) -> Result<PathBuf> {
     let dir = out.join(format!("{STAGING_PREFIX}{}", uuid::Uuid::new_v4().simple()));
     fs::create_dir(&dir).map_err(io_err(&dir))?;
-    sync_dir(out).map_err(io_err(out))?;
+    if let Err(e) = synced(out) {
+        // The caller's guard only owns staging once this returns it.
+        let _ = fs::remove_dir(&dir);
+        return Err(e);
+    }
     Ok(dir)
 }
 
@@ -82,22 +88,71 @@ pub fn sstable_files(dir: &Path, d: &Descriptor) -> Result<Vec<PathBuf>> {
     Ok(v)
 }
 
-/// `Stage`: moves each child's files from staging into `out` (TOC last), fsyncs `out`.
-pub fn stage(staging: &Path, out: &Path, children: &[Descriptor]) -> Result<Vec<PathBuf>> {
-    let mut data_paths = Vec::new();
-    for c in children {
-        for f in sstable_files(staging, c)? {
-            let to = out.join(f.file_name().unwrap_or_default());
-            fs::rename(&f, &to).map_err(io_err(&to))?;
+/// `Stage`: moves each child's files from staging into `out` (TOC last) under a
+/// transaction log in `out` (ADD records only), so that a crash leaves either none or all
+/// of the children there once `recover` ran: before COMMIT it deletes what was ADDed,
+/// after COMMIT there is nothing left to do but remove the log.
+pub fn stage(
+    staging: &Path,
+    out: &Path,
+    children: &[Descriptor],
+) -> Result<Published, PublishError> {
+    let finals: Vec<Descriptor> = children
+        .iter()
+        .map(|c| Descriptor {
+            dir: out.to_path_buf(),
+            ..c.clone()
+        })
+        .collect();
+    let version = children.first().map_or("nb", |c| c.version.as_str());
+    let log = out.join(log_file_name(version, TxnOperation::Split));
+    let moved = (|| -> Result<(), PublishError> {
+        for (c, d) in children.iter().zip(&finals) {
+            let n = sstable_files(staging, c)?.len() as i32;
+            append_line(&log, &log_record("ADD", &base_path(d)?, 0, n))?;
         }
-        let mut d = c.clone();
-        d.dir = out.to_path_buf();
-        data_paths.push(d.path(&Component::Data));
+        synced(out)?;
+        for c in children {
+            for f in sstable_files(staging, c)? {
+                let to = out.join(f.file_name().unwrap_or_default());
+                crate::io::fault::io_point("stage:rename").map_err(io_err(&to))?;
+                fs::rename(&f, &to).map_err(io_err(&to))?;
+                crash_point("stage:renamed-file");
+            }
+        }
+        synced(out)?;
+        append_line(&log, &log_record("COMMIT", "", 0, 0))?;
+        Ok(())
+    })();
+    if let Err(e) = moved {
+        return Err(match roll_back(&log) {
+            Ok(()) => e,
+            Err(r) => PublishError::Log {
+                log: log.clone(),
+                what: format!(
+                    "{e}; rolling back failed too ({r}): run `cleave recover {}`",
+                    out.display()
+                ),
+            },
+        });
     }
-    sync_dir(out).map_err(io_err(out))?;
-    fs::remove_dir(staging).map_err(io_err(staging))?;
-    sync_dir(out).map_err(io_err(out))?;
-    Ok(data_paths)
+    crash_point("stage:committed");
+    let mut left_behind = Vec::new();
+    if let Err(e) = fs::remove_dir_all(staging) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            left_behind.push(format!("staging {}: {e}", staging.display()));
+        }
+    }
+    if let Err(e) = fs::remove_file(&log) {
+        left_behind.push(format!("log {}: {e}", log.display()));
+    }
+    if let Err(e) = synced(out) {
+        left_behind.push(e.to_string());
+    }
+    Ok(Published {
+        data_paths: finals.iter().map(|d| d.path(&Component::Data)).collect(),
+        left_behind,
+    })
 }
 
 /// One transaction-log record, `TYPE:[path,updateTime,numFiles][checksum]` where path is
@@ -134,9 +189,14 @@ fn append_line(log: &Path, line: &str) -> Result<()> {
         .append(true)
         .open(log)
         .map_err(io_err(log))?;
-    f.write_all(line.as_bytes()).map_err(io_err(log))?;
-    f.write_all(b"\n").map_err(io_err(log))?;
-    f.sync_all().map_err(io_err(log))
+    // One write for the line and its newline: a crash leaves at most one torn last line.
+    crate::io::fault::io_point("txn:append").map_err(io_err(log))?;
+    f.write_all(format!("{line}\n").as_bytes())
+        .map_err(io_err(log))?;
+    crash_point("txn:record-written");
+    f.sync_all().map_err(io_err(log))?;
+    crash_point("txn:record-synced");
+    Ok(())
 }
 
 /// Processes whose open files or memory maps lie under `data_root`: a running Cassandra
@@ -160,7 +220,11 @@ pub fn processes_holding(data_root: &Path) -> Vec<(u32, String)> {
         if let Ok(fds) = fs::read_dir(p.path().join("fd")) {
             holds = fds
                 .filter_map(|e| e.ok())
-                .any(|fd| fs::read_link(fd.path()).is_ok_and(|t| t.starts_with(&root)));
+                // The directory itself is not a file of it: another cleave holds it open
+                // to flock it (and is told Busy), which must not stop this one.
+                .any(|fd| {
+                    fs::read_link(fd.path()).is_ok_and(|t| t.starts_with(&root) && t != root)
+                });
         }
         if !holds {
             if let Ok(maps) = fs::read_to_string(p.path().join("maps")) {
@@ -193,28 +257,198 @@ fn crash_point(point: &str) {
     crate::io::fault::point(point);
 }
 
+/// fsync of a directory between two fault points, so a campaign can kill on either side.
+fn synced(dir: &Path) -> Result<()> {
+    crate::io::fault::io_point("fsync:dir-before").map_err(io_err(dir))?;
+    sync_dir(dir).map_err(io_err(dir))?;
+    crash_point("fsync:dir-after");
+    Ok(())
+}
+
+/// One file `recover` (or the forward half of `replace`) could not remove.
+#[derive(Debug, serde::Serialize)]
+pub struct Blocker {
+    /// The transaction log that names it.
+    pub log: PathBuf,
+    pub path: PathBuf,
+    #[serde(serialize_with = "serialize_io_error")]
+    pub error: std::io::Error,
+}
+
+fn serialize_io_error<S: serde::Serializer>(e: &std::io::Error, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&e.to_string())
+}
+
+impl std::fmt::Display for Blocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if m.is_dir() => " (a directory)",
+            Ok(m) if m.file_type().is_symlink() => " (a symbolic link)",
+            Ok(m) if !m.is_file() => " (not a regular file)",
+            _ => "",
+        };
+        write!(f, "{}{what}: {}", self.path.display(), self.error)
+    }
+}
+
+/// The locks a split holds from choosing generation ids until its children are published:
+/// the parent's table directory and `--out` (one lock when they are the same directory).
+/// Without them two splits of one table pick the same generations and the later renames
+/// overwrite the earlier children.
+pub fn lock_for_split(parent_dir: &Path, out: &Path) -> Result<Vec<DirLock>, PublishError> {
+    Ok(crate::io::lock::lock_dirs(&[parent_dir, out])?)
+}
+
+/// The transaction-log operation of a split: `OperationType.fileName` of the Cassandra
+/// operation it stands for, because `LogFile.make` parses the name with
+/// `OperationType.fromFileName`, which throws on anything else, and a log Cassandra cannot
+/// parse stops its startup cleanup. Both names exist, spelled the same, in 3.0, 3.11, 4.0,
+/// 4.1 and 5.0 (docs/reliability.md cites the enum per version).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnOperation {
+    /// `OperationType.UNKNOWN` ("Unknown compaction type"): what Cassandra's own offline
+    /// `SSTableSplitter` (sstablesplit) logs.
+    Split,
+    /// `OperationType.ANTICOMPACTION` ("Anticompaction after repair").
+    Anticompaction,
+}
+
+impl TxnOperation {
+    /// From `SplitOptions::operation` ("split" / "anticompaction", or a file name).
+    pub fn from_name(s: &str) -> TxnOperation {
+        match s {
+            "anticompaction" | "anticompactionafterrepair" => TxnOperation::Anticompaction,
+            _ => TxnOperation::Split,
+        }
+    }
+
+    pub fn file_name(self) -> &'static str {
+        match self {
+            TxnOperation::Split => "unknowncompactiontype",
+            TxnOperation::Anticompaction => "anticompactionafterrepair",
+        }
+    }
+}
+
+/// `<version>_txn_<operation>_<timeuuid>.log`, Cassandra's `LogFile.getFileName`; its
+/// reader matches `^(.{2})_txn_(.*)_(.*)\.log$` and parses the last group as a UUID.
+pub fn log_file_name(version: &str, op: TxnOperation) -> String {
+    format!(
+        "{version}_txn_{}_{}.log",
+        op.file_name(),
+        uuid::Uuid::now_v1(&[0x63, 0x6c, 0x65, 0x61, 0x76, 0x65])
+    )
+}
+
+/// Whether a file name is a transaction log by Cassandra's `LogFile.FILE_REGEX`.
+pub fn is_log_name(name: &str) -> bool {
+    let Some(rest) = name.strip_suffix(".log") else {
+        return false;
+    };
+    rest.len() > 7
+        && rest.is_char_boundary(2)
+        && rest[2..].starts_with("_txn_")
+        && rest[7..].contains('_')
+}
+
+/// What a finished `Stage` or `Replace` published, and what it could not clean up after
+/// COMMIT (the children are live either way; a committed log that still has work stays for
+/// `recover` or Cassandra's startup cleanup to finish).
+#[derive(Debug, Default)]
+pub struct Published {
+    pub data_paths: Vec<PathBuf>,
+    pub left_behind: Vec<String>,
+}
+
 /// `Replace`: ADD children, REMOVE parent, move children in, COMMIT, delete the parent,
-/// delete the log. Before COMMIT a crash rolls back to the parent; after it, forward to the
-/// children.
+/// delete the log. A failure before COMMIT rolls itself back (children out, log gone, the
+/// parent exactly as it was); after COMMIT it always goes forward and reports what it could
+/// not remove instead of failing. A crash is finished the same way by `recover`.
 pub fn replace(
     staging: &Path,
     table_dir: &Path,
     parent: &Descriptor,
     children: &[Descriptor],
     op: &str,
-) -> Result<Vec<PathBuf>> {
-    let log = table_dir.join(format!(
-        "{}_txn_{op}_{}.log",
-        parent.version,
-        uuid::Uuid::now_v1(&[0x63, 0x6c, 0x65, 0x61, 0x76, 0x65])
-    ));
-    let mut finals = Vec::new();
-    for c in children {
-        let mut d = c.clone();
-        d.dir = table_dir.to_path_buf();
+) -> Result<Published, PublishError> {
+    let op = TxnOperation::from_name(op);
+    let log = table_dir.join(log_file_name(parent.version.as_str(), op));
+    let finals: Vec<Descriptor> = children
+        .iter()
+        .map(|c| Descriptor {
+            dir: table_dir.to_path_buf(),
+            ..c.clone()
+        })
+        .collect();
+    if let Err(e) = before_commit(staging, table_dir, parent, children, &finals, &log) {
+        return Err(match roll_back(&log) {
+            Ok(()) => e,
+            Err(r) => PublishError::Log {
+                log: log.clone(),
+                what: format!(
+                    "{e}; rolling back failed too ({r}): run `cleave recover {}`",
+                    table_dir.display()
+                ),
+            },
+        });
+    }
+    crash_point("committed");
+    let mut left_behind = Vec::new();
+    let mut removed_all = true;
+    match parse_log(&log) {
+        Ok((recs, _)) => {
+            for r in recs.iter().filter(|r| r.kind == "REMOVE") {
+                for b in delete_sstable_prefix(&log, &r.path) {
+                    removed_all = false;
+                    left_behind.push(format!("parent file {b}"));
+                }
+            }
+        }
+        Err(e) => {
+            removed_all = false;
+            left_behind.push(format!("re-reading the committed log: {e}"));
+        }
+    }
+    if let Err(e) = synced(table_dir) {
+        left_behind.push(e.to_string());
+    }
+    if let Err(e) = fs::remove_dir_all(staging) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            left_behind.push(format!("staging {}: {e}", staging.display()));
+        }
+    }
+    if removed_all {
+        if let Err(e) = fs::remove_file(&log) {
+            left_behind.push(format!("log {}: {e}", log.display()));
+        }
+    } else {
+        left_behind.push(format!(
+            "the committed transaction log {} stays: `cleave recover {}` (or Cassandra's startup cleanup) deletes the rest of the parent once the obstacle is gone",
+            log.display(),
+            table_dir.display()
+        ));
+    }
+    if let Err(e) = synced(table_dir) {
+        left_behind.push(e.to_string());
+    }
+    Ok(Published {
+        data_paths: finals.iter().map(|d| d.path(&Component::Data)).collect(),
+        left_behind,
+    })
+}
+
+/// The reversible half of `replace`: the log's ADD and REMOVE records, the renames, COMMIT.
+fn before_commit(
+    staging: &Path,
+    table_dir: &Path,
+    parent: &Descriptor,
+    children: &[Descriptor],
+    finals: &[Descriptor],
+    log: &Path,
+) -> Result<(), PublishError> {
+    for (c, d) in children.iter().zip(finals) {
         let n = sstable_files(staging, c)?.len() as i32;
-        append_line(&log, &log_record("ADD", &base_path(&d)?, 0, n))?;
-        finals.push(d);
+        append_line(log, &log_record("ADD", &base_path(d)?, 0, n))?;
     }
     let parent_files = sstable_files(&parent.dir, parent)?;
     let mut mtime_ms = 0i64;
@@ -223,7 +457,7 @@ pub fn replace(
         mtime_ms = mtime_ms.max(m.mtime() * 1000 + m.mtime_nsec() / 1_000_000);
     }
     append_line(
-        &log,
+        log,
         &log_record(
             "REMOVE",
             &base_path(parent)?,
@@ -231,22 +465,51 @@ pub fn replace(
             parent_files.len() as i32,
         ),
     )?;
-    sync_dir(table_dir).map_err(io_err(table_dir))?;
+    synced(table_dir)?;
     crash_point("logged");
     for c in children {
         for f in sstable_files(staging, c)? {
             let to = table_dir.join(f.file_name().unwrap_or_default());
+            crate::io::fault::io_point("replace:rename").map_err(io_err(&to))?;
             fs::rename(&f, &to).map_err(io_err(&to))?;
+            crash_point("replace:renamed-file");
         }
     }
-    sync_dir(table_dir).map_err(io_err(table_dir))?;
+    synced(table_dir)?;
     crash_point("renamed");
-    append_line(&log, &log_record("COMMIT", "", 0, 0))?;
-    crash_point("committed");
-    finish_commit(&log, table_dir)?;
-    fs::remove_dir(staging).map_err(io_err(staging))?;
-    sync_dir(table_dir).map_err(io_err(table_dir))?;
-    Ok(finals.iter().map(|d| d.path(&Component::Data)).collect())
+    append_line(log, &log_record("COMMIT", "", 0, 0))?;
+    Ok(())
+}
+
+/// Undoes an uncommitted `replace`: deletes what the log ADDs, then the log. If the log
+/// turns out committed (a COMMIT that reached the file although its write reported an
+/// error), nothing is rolled back: the caller's error stands and `recover` goes forward.
+fn roll_back(log: &Path) -> Result<(), PublishError> {
+    if !log.exists() {
+        return Ok(());
+    }
+    let (recs, committed) = parse_log(log)?;
+    if committed {
+        return Err(PublishError::Log {
+            log: log.to_path_buf(),
+            what: "the log is committed although appending COMMIT failed".into(),
+        });
+    }
+    let dir = log.parent().unwrap_or(Path::new("."));
+    let mut blocked = Vec::new();
+    for r in recs.iter().filter(|r| r.kind == "ADD") {
+        blocked.extend(delete_sstable_prefix(log, &r.path));
+    }
+    if !blocked.is_empty() {
+        return Err(PublishError::Blocked {
+            done: Vec::new(),
+            blocked,
+        });
+    }
+    synced(dir)?;
+    fs::remove_file(log).map_err(io_err(log))?;
+    synced(dir)?;
+    Ok(())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -296,34 +559,69 @@ fn parse_log(log: &Path) -> Result<(Vec<Record>, bool)> {
     Ok((recs, committed))
 }
 
-fn delete_sstable_prefix(prefix: &str) -> Result<usize> {
+/// A record's path is acted on only if it names an sstable (`<version>-<id>-<format>`, as
+/// `Descriptor` parses it) directly inside the log's own directory. A checksum is no
+/// authentication (anyone can compute a CRC32), so without this a crafted log would make
+/// `recover` delete `/elsewhere/important-*`.
+fn check_record_path(log: &Path, dir_canon: &Path, path: &str) -> Result<(), PublishError> {
+    let refuse = |what: String| PublishError::Log {
+        log: log.to_path_buf(),
+        what,
+    };
+    let p = Path::new(path);
+    if !p.is_absolute() {
+        return Err(refuse(format!("record path {path:?} is not absolute")));
+    }
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name().and_then(|n| n.to_str())) else {
+        return Err(refuse(format!("record path {path:?} has no file name")));
+    };
+    let parent_canon = fs::canonicalize(parent).unwrap_or_else(|_| parent.to_path_buf());
+    if parent_canon != dir_canon || p.components().any(|c| c == std::path::Component::ParentDir) {
+        return Err(refuse(format!(
+            "record path {path:?} is outside the table directory {}",
+            dir_canon.display()
+        )));
+    }
+    let parsed = Descriptor::from_path(&parent.join(format!("{name}-Data.db")));
+    match parsed {
+        Ok((d, _)) if d.file_name(&Component::Data) == format!("{name}-Data.db") => Ok(()),
+        _ => Err(refuse(format!(
+            "record path {path:?} does not name an sstable (<version>-<id>-<format>)"
+        ))),
+    }
+}
+
+/// Deletes every file of the sstable `prefix` (TOC first, so that a half-deleted sstable
+/// is never taken for a complete one), carrying on past failures; returns what it could
+/// not delete.
+fn delete_sstable_prefix(log: &Path, prefix: &str) -> Vec<Blocker> {
     let p = Path::new(prefix);
     let dir = p.parent().unwrap_or(Path::new("."));
     let base = format!("{}-", p.file_name().and_then(|n| n.to_str()).unwrap_or(""));
-    let mut n = 0;
-    let mut files: Vec<PathBuf> = fs::read_dir(dir)
-        .map_err(io_err(dir))?
+    let blocker = |path: PathBuf, error| Blocker {
+        log: log.to_path_buf(),
+        path,
+        error,
+    };
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) => return vec![blocker(dir.to_path_buf(), e)],
+    };
+    let mut files: Vec<PathBuf> = rd
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_str().is_some_and(|f| f.starts_with(&base)))
         .map(|e| e.path())
         .collect();
-    // TOC first: a half-deleted sstable without TOC.txt is not taken for a complete one.
-    files.sort_by_key(|f| !f.to_string_lossy().ends_with("TOC.txt"));
+    files.sort_by_key(|f| (!f.to_string_lossy().ends_with("TOC.txt"), f.clone()));
+    let mut blocked = Vec::new();
     for f in files {
-        fs::remove_file(&f).map_err(io_err(&f))?;
-        n += 1;
+        match crate::io::fault::io_point("delete:file").and_then(|()| fs::remove_file(&f)) {
+            Ok(()) => crash_point("delete:sstable-file"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => blocked.push(blocker(f, e)),
+        }
     }
-    Ok(n)
-}
-
-fn finish_commit(log: &Path, table_dir: &Path) -> Result<()> {
-    let (recs, _) = parse_log(log)?;
-    for r in recs.iter().filter(|r| r.kind == "REMOVE") {
-        delete_sstable_prefix(&r.path)?;
-    }
-    sync_dir(table_dir).map_err(io_err(table_dir))?;
-    fs::remove_file(log).map_err(io_err(log))?;
-    sync_dir(table_dir).map_err(io_err(table_dir))
+    blocked
 }
 
 /// What `recover` did with one transaction log.
@@ -337,43 +635,66 @@ pub struct Recovery {
 
 /// Finishes or rolls back every interrupted `Replace` in `table_dir`, as Cassandra's
 /// startup would: a committed log deletes its REMOVE sstables, an uncommitted one its ADD
-/// sstables. Leftover staging directories are removed.
-pub fn recover(table_dir: &Path) -> Result<Vec<Recovery>> {
-    let mut out = Vec::new();
+/// sstables. Every record is checked before anything is deleted (`check_record_path`);
+/// a log that fails is refused whole. Leftover staging directories and reflink probes are
+/// removed. Holds the directory's lock, so it never races a running split.
+///
+/// Everything that can be finished is; if some file cannot be removed, the log stays and
+/// the error lists exactly which files block it.
+pub fn recover(table_dir: &Path) -> Result<Vec<Recovery>, PublishError> {
+    let _lock = crate::io::lock::try_lock_dir(table_dir)?;
+    let dir_canon = fs::canonicalize(table_dir).map_err(io_err(table_dir))?;
     let mut logs: Vec<PathBuf> = fs::read_dir(table_dir)
         .map_err(io_err(table_dir))?
         .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .map(|e| e.path())
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.contains("_txn_") && n.ends_with(".log"))
+                .is_some_and(is_log_name)
         })
         .collect();
     logs.sort();
+    let mut done = Vec::new();
+    let mut blocked = Vec::new();
     for log in logs {
         let (recs, committed) = parse_log(&log)?;
+        for r in &recs {
+            check_record_path(&log, &dir_canon, &r.path)?;
+        }
         let victim = if committed { "REMOVE" } else { "ADD" };
         let mut removed = Vec::new();
+        let mut stuck = Vec::new();
         for r in recs.iter().filter(|r| r.kind == victim) {
-            delete_sstable_prefix(&r.path)?;
+            stuck.extend(delete_sstable_prefix(&log, &r.path));
             removed.push(r.path.clone());
         }
-        sync_dir(table_dir).map_err(io_err(table_dir))?;
-        fs::remove_file(&log).map_err(io_err(&log))?;
-        sync_dir(table_dir).map_err(io_err(table_dir))?;
-        out.push(Recovery {
-            log,
-            committed,
-            removed,
-        });
+        synced(table_dir)?;
+        if stuck.is_empty() {
+            fs::remove_file(&log).map_err(io_err(&log))?;
+            crash_point("recover:log-removed");
+            synced(table_dir)?;
+            done.push(Recovery {
+                log,
+                committed,
+                removed,
+            });
+        } else {
+            blocked.extend(stuck);
+        }
     }
     remove_staging_dirs(table_dir)?;
-    Ok(out)
+    remove_stale_probes(table_dir)?;
+    if blocked.is_empty() {
+        Ok(done)
+    } else {
+        Err(PublishError::Blocked { done, blocked })
+    }
 }
 
 /// Removes leftover staging directories of interrupted splits (their children were never
-/// published).
+/// published). Callers hold the directory's lock, so no live split owns them.
 pub fn remove_staging_dirs(dir: &Path) -> Result<usize> {
     let mut n = 0;
     for e in fs::read_dir(dir)
@@ -383,14 +704,39 @@ pub fn remove_staging_dirs(dir: &Path) -> Result<usize> {
         if e.file_name()
             .to_str()
             .is_some_and(|s| s.starts_with(STAGING_PREFIX))
-            && e.path().is_dir()
+            && e.file_type().is_ok_and(|t| t.is_dir())
         {
             fs::remove_dir_all(e.path()).map_err(io_err(&e.path()))?;
             n += 1;
         }
     }
     if n > 0 {
-        sync_dir(dir).map_err(io_err(dir))?;
+        synced(dir)?;
+    }
+    Ok(n)
+}
+
+/// Reflink probe files that a version before the probe moved into staging left behind
+/// when killed mid-probe.
+pub const PROBE_PREFIX: &str = ".cleave-reflink-probe-";
+
+fn remove_stale_probes(dir: &Path) -> Result<usize> {
+    let mut n = 0;
+    for e in fs::read_dir(dir)
+        .map_err(io_err(dir))?
+        .filter_map(|e| e.ok())
+    {
+        if e.file_name()
+            .to_str()
+            .is_some_and(|s| s.starts_with(PROBE_PREFIX))
+            && e.file_type().is_ok_and(|t| t.is_file())
+        {
+            fs::remove_file(e.path()).map_err(io_err(&e.path()))?;
+            n += 1;
+        }
+    }
+    if n > 0 {
+        synced(dir)?;
     }
     Ok(n)
 }

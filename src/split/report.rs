@@ -59,4 +59,8 @@ pub struct SplitReport {
     /// Seconds of the planning pass over Index.db and of the write (index pass, data, fsync).
     pub plan_seconds: f64,
     pub write_seconds: f64,
+    /// What publication could not clean up after the children went live (files of the
+    /// parent, the log, staging), each with the obstacle; empty on a clean run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_behind: Vec<String>,
 }

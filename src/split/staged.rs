@@ -158,7 +158,7 @@ impl Staged<Checked> {
     /// parent through a transaction log (`split::publish`).
     pub fn publish(mut self, mode: Publish) -> Result<SplitReport, PublishError> {
         preflight(&self.parent, &self.out_dir, mode)?;
-        let finals = match mode {
+        let published = match mode {
             Publish::Stage => publish::stage(&self.staging, &self.out_dir, &self.descs)?,
             Publish::Replace => publish::replace(
                 &self.staging,
@@ -169,6 +169,7 @@ impl Staged<Checked> {
             )?,
         };
         self.guard.disarm();
+        let finals = published.data_paths;
         let mut report = report(
             &self.parent,
             &self.plan,
@@ -179,6 +180,7 @@ impl Staged<Checked> {
         );
         report.check.children = self.children_fp;
         report.check.ok = true;
+        report.left_behind = published.left_behind;
         report.children = std::mem::take(&mut self.reports)
             .into_iter()
             .zip(finals)
@@ -229,5 +231,6 @@ pub fn report(
         write_bytes: 0,
         plan_seconds: 0.0,
         write_seconds: 0.0,
+        left_behind: Vec::new(),
     }
 }

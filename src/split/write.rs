@@ -112,15 +112,18 @@ impl Plan {
                 message: format!("on another filesystem than the parent {}: children share or copy the parent's chunks in place and publish by rename, so they must be written on the parent's filesystem", parent.dir().display()),
             });
         }
-        let support = parent
-            .reflink_probe(out_dir)
-            .map_err(|e| WriteError::io(out_dir, e))?;
-        let (block, no_share) = split_support(support);
         let staging = publish::create_staging(out_dir).map_err(WriteError::Format)?;
         let guard = StagingGuard::new(staging.clone());
+        // Probed inside staging: a kill mid-probe leaves nothing that removing staging (the
+        // guard, or `recover`) does not remove.
+        let support = parent
+            .reflink_probe(&staging)
+            .map_err(|e| WriteError::io(&staging, e))?;
+        let (block, no_share) = split_support(support);
         // Generation ids are chosen here and nowhere else in the pipeline: above every
-        // sequence id in --out, staging and the parent's directory. The per-table lock
-        // (reliability, issue 12) must be held from this line until publication.
+        // sequence id in --out, staging and the parent's directory. `split::run` holds the
+        // lock of the table directory and --out (`split::lock`) from before the parent was
+        // opened until publication, so no second cleave picks the same ids.
         let gens =
             publish::next_generations(&[out_dir, &staging, parent.dir()], self.children.len())?;
         let descs: Vec<Descriptor> = gens
@@ -251,10 +254,6 @@ impl Plan {
             bytes: index_total,
             total: index_total,
         });
-        // The parent's index has been read for the last time (NativeLibrary.trySkipCache).
-        if let Ok(f) = fs::File::open(t.path(&Component::Index)) {
-            crate::io::fs::drop_cache(&f, 0, 0);
-        }
         let reports: Vec<ChildReport> = done
             .into_iter()
             .enumerate()
@@ -391,6 +390,7 @@ impl Plan {
         for (c, bytes) in &rebuilt {
             let path = desc.path(c);
             batch.file(&path, bytes)?;
+            crate::io::fault::point("write:child-file");
         }
         batch.last(
             &desc.path(&Component::Toc),

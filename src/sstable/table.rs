@@ -32,6 +32,60 @@ fn read(path: &Path) -> Result<Vec<u8>> {
     fs::read(path).map_err(|e| FormatError::io(path, e))
 }
 
+/// Every file of an sstable must be a regular file: a symlink may point anywhere
+/// (`/etc/passwd`, `/dev/zero`, another table), a FIFO blocks its reader forever, and a
+/// split renames and deletes these names. The error says what the name really is.
+fn not_regular(path: &Path, meta: &fs::Metadata) -> FormatError {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    let what = if t.is_symlink() {
+        match fs::read_link(path) {
+            Ok(to) => format!("a symbolic link to {}", to.display()),
+            Err(_) => "a symbolic link".to_string(),
+        }
+    } else if t.is_dir() {
+        "a directory".to_string()
+    } else if t.is_fifo() {
+        "a FIFO".to_string()
+    } else if t.is_socket() {
+        "a socket".to_string()
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device".to_string()
+    } else {
+        "not a regular file".to_string()
+    };
+    FormatError::corrupt(
+        path,
+        None,
+        format!("is {what}, not a regular file: cleave reads only regular sstable files"),
+    )
+}
+
+/// Components whose absence, when TOC.txt lists them, hides corruption or changes how
+/// Data.db is read. Summary.db and Filter.db are not among them: Cassandra rebuilds both
+/// when they are missing (`SSTableReader.load` regenerates the summary, a missing filter
+/// loads as always-present), and so does a split.
+fn required_when_listed(c: &Component) -> bool {
+    matches!(
+        c,
+        Component::Data
+            | Component::Index
+            | Component::Statistics
+            | Component::CompressionInfo
+            | Component::Crc
+            | Component::Digest
+    )
+}
+
+fn why_required(c: &Component) -> &'static str {
+    match c {
+        Component::CompressionInfo => "without it Data.db would be read as uncompressed",
+        Component::Crc => "without it Data.db's blocks cannot be checked",
+        Component::Digest => "without it the whole-file checksum cannot be checked",
+        _ => "the sstable cannot be read without it",
+    }
+}
+
 impl SSTable {
     /// Opens the sstable that `path` (any of its components) belongs to.
     pub fn open(path: &Path) -> Result<SSTable> {
@@ -50,12 +104,14 @@ impl SSTable {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             if let Some(component) = name.strip_prefix(&prefix) {
+                // DirEntry::metadata does not follow symlinks: a link is seen as a link.
                 let meta = entry
                     .metadata()
                     .map_err(|e| FormatError::io(&entry.path(), e))?;
-                if meta.is_file() {
-                    files.push((Component::parse(component), meta.len()));
+                if !meta.is_file() {
+                    return Err(not_regular(&entry.path(), &meta));
                 }
+                files.push((Component::parse(component), meta.len()));
             }
         }
         files.sort();
@@ -67,6 +123,21 @@ impl SSTable {
             }
             None => None,
         };
+        if let Some(toc) = &toc {
+            for c in &toc.components {
+                if required_when_listed(c) && !files.iter().any(|f| &f.0 == c) {
+                    return Err(FormatError::corrupt(
+                        &descriptor.path(c),
+                        None,
+                        format!(
+                            "{} is listed in TOC.txt but missing: {}",
+                            c.file_name(),
+                            why_required(c)
+                        ),
+                    ));
+                }
+            }
+        }
         let data_path = descriptor.path(&Component::Data);
         let data_file_size = size_of(&Component::Data)
             .ok_or_else(|| FormatError::corrupt(&data_path, None, "Data.db is missing"))?;
