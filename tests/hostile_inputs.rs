@@ -419,7 +419,9 @@ fn mutated_sstables_end_in_a_checked_success_or_a_clear_reason() {
                 _ => judge.push((label, vec![data.clone()])),
             }
         } else {
-            let reason = if op == "verify" { &stdout } else { &err };
+            // `verify` and `split --json` report a failure on stdout (split as
+            // `{"error": {"reason", …}}`), `inspect` on stderr.
+            let reason = if op == "inspect" { &err } else { &stdout };
             if !(reason.contains("error") || reason.contains("FAILED")) || reason.trim().is_empty()
             {
                 violations.push(format!("{label}: exit 1 without a reason: {err}{stdout}"));

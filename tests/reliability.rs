@@ -52,11 +52,7 @@ fn generated(size: &str, uncompressed: bool) -> (tempfile::TempDir, PathBuf, Pat
         c.arg("--uncompressed");
     }
     let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", said(&out));
     std::fs::remove_file(table.join("schema.cql")).ok();
     let parent = table.join("nb-1-big-Data.db");
     (d, table, parent)
@@ -94,13 +90,20 @@ fn run_with_timeout(c: &mut Command, secs: u64) -> Output {
         if Instant::now() > deadline {
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
-            panic!(
-                "{c:?} hung for {secs} s: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            panic!("{c:?} hung for {secs} s: {}", said(&out));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// What a cleave run said: stderr, then stdout, where `--json` puts a failure
+/// (`{"error": {"reason", "message", "path"}}`, cli::split::Failed).
+fn said(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    )
 }
 
 fn cleave(args: &[&std::ffi::OsStr]) -> Output {
@@ -173,7 +176,7 @@ fn a_held_table_or_out_makes_split_and_recover_busy() {
         let _held = hold_lock(&table);
         for (o, publish) in [(&table, "replace"), (&out, "stage")] {
             let r = run_with_timeout(&mut split_cmd(&parent, o, publish), 60);
-            let err = String::from_utf8_lossy(&r.stderr);
+            let err = said(&r);
             assert_eq!(r.status.code(), Some(1), "{publish}: {err}");
             assert!(err.contains("another cleave"), "{publish}: {err}");
             assert!(
@@ -183,18 +186,18 @@ fn a_held_table_or_out_makes_split_and_recover_busy() {
         }
         let r = cleave(&["recover".as_ref(), table.as_os_str()]);
         assert_eq!(r.status.code(), Some(1));
-        assert!(String::from_utf8_lossy(&r.stderr).contains("another cleave"));
+        assert!(said(&r).contains("another cleave"));
     }
     {
         let _held = hold_lock(&out);
         let r = run_with_timeout(&mut split_cmd(&parent, &out, "stage"), 60);
         assert_eq!(r.status.code(), Some(1));
-        assert!(String::from_utf8_lossy(&r.stderr).contains("another cleave"));
+        assert!(said(&r).contains("another cleave"));
     }
     assert_eq!(before, snapshot(d.path()), "a Busy split changes nothing");
     // Released: the split runs.
     let r = run_with_timeout(&mut split_cmd(&parent, &out, "stage"), 60);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(r.status.success(), "{}", said(&r));
 }
 
 /// Finding 1, as it was found: cleaves started at once on one table / one --out. Whatever
@@ -219,7 +222,7 @@ fn concurrent_splits_never_duplicate_or_lose_a_partition() {
     let mut successes = 0;
     for k in kids {
         let o = k.wait_with_output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = said(&o);
         if o.status.success() {
             successes += 1;
         } else {
@@ -250,7 +253,7 @@ fn concurrent_splits_never_duplicate_or_lose_a_partition() {
         .collect();
     for k in kids {
         let o = k.wait_with_output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = said(&o);
         assert!(
             o.status.success() || err.contains("another cleave") || err.contains("No such file"),
             "{err}"
@@ -300,7 +303,7 @@ fn recover_refuses_logs_naming_paths_outside_the_table() {
         std::fs::write(&log, &text).unwrap();
         let before_with_log = snapshot(d.path());
         let r = cleave(&["recover".as_ref(), table.as_os_str()]);
-        let err = String::from_utf8_lossy(&r.stderr);
+        let err = said(&r);
         assert_eq!(r.status.code(), Some(1), "{record_path}: {err}");
         assert!(
             err.contains("refused, nothing deleted"),
@@ -350,7 +353,7 @@ fn corrupt_uncompressed_block_is_not_laundered() {
         "--parts".as_ref(),
         "2".as_ref(),
     ]);
-    let err = String::from_utf8_lossy(&r.stderr);
+    let err = said(&r);
     assert_eq!(r.status.code(), Some(1), "the split must refuse: {err}");
     assert!(err.contains("checksum mismatch in block"), "{err}");
     assert!(err.contains("nb-1-big-Data.db"), "{err}");
@@ -381,7 +384,7 @@ fn replace_goes_forward_after_commit_and_recover_names_the_blocker() {
     }
     let r = run_with_timeout(&mut split_cmd(&parent, &table, "replace"), 60);
     chattr("-i", &parent); // before any assert, so the temp dir can be removed
-    let err = String::from_utf8_lossy(&r.stderr);
+    let err = said(&r);
     assert!(r.status.success(), "committed means success: {err}");
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     let left = v["left_behind"].to_string();
@@ -407,14 +410,14 @@ fn replace_goes_forward_after_commit_and_recover_names_the_blocker() {
     chattr("+i", &parent);
     let r = cleave(&["recover".as_ref(), table.as_os_str()]);
     chattr("-i", &parent);
-    let err = String::from_utf8_lossy(&r.stderr);
+    let err = said(&r);
     assert_eq!(r.status.code(), Some(1), "{err}");
     assert!(err.contains("blocked by 1 file"), "{err}");
     assert!(err.contains(parent.to_str().unwrap()), "{err}");
     assert!(names(&table).iter().any(|n| n.contains("_txn_")));
     // Obstacle gone: recover finishes.
     let r = cleave(&["recover".as_ref(), table.as_os_str()]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(r.status.success(), "{}", said(&r));
     assert!(
         !names(&table)
             .iter()
@@ -449,7 +452,7 @@ fn a_failure_before_commit_rolls_itself_back() {
             split_cmd(&parent, &table, "replace").env("CLEAVE_FAIL_AT", point),
             60,
         );
-        let err = String::from_utf8_lossy(&r.stderr);
+        let err = said(&r);
         assert!(
             err.contains("injected errno"),
             "{point}: the point is reached: {err}"
@@ -504,7 +507,7 @@ fn reflink_probe_lives_in_staging_and_recover_removes_stale_probes() {
         names(&table)
     );
     let r = cleave(&["recover".as_ref(), table.as_os_str()]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(r.status.success(), "{}", said(&r));
     assert_eq!(before, snapshot(&table), "recover leaves the parent alone");
 }
 
@@ -521,11 +524,7 @@ fn missing_or_odd_components_fail_verify_and_inspect() {
     let check = |data: &Path, want: &str| {
         for cmd in ["verify", "inspect"] {
             let r = cleave(&[cmd.as_ref(), data.as_os_str()]);
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&r.stdout),
-                String::from_utf8_lossy(&r.stderr)
-            );
+            let text = format!("{}{}", String::from_utf8_lossy(&r.stdout), said(&r));
             assert_eq!(r.status.code(), Some(1), "{cmd} {want}: {text}");
             assert!(text.contains(want), "{cmd}: expected {want:?}: {text}");
             assert!(!text.contains("panicked"), "{text}");
@@ -685,7 +684,7 @@ fn a_stage_split_leaves_the_parents_resident_pages_as_they_were() {
         "--parts".as_ref(),
         "4".as_ref(),
     ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(r.status.success(), "{}", said(&r));
     for (p, b) in [&index, &parent].iter().zip(&before) {
         let after = Residency::of(p).unwrap();
         let bits = |r: &Residency| r.pages().iter().map(|x| x & 1).collect::<Vec<u8>>();
