@@ -63,10 +63,28 @@ pub enum RunProgress {
 /// `Parent::open` so that a second cleave is told `Busy` instead of being taken for a live
 /// Cassandra (`staged::preflight`) because it holds the parent open. `recover` takes the
 /// same lock. Released on drop, or by the kernel when the process dies.
+///
+/// Within one process the lock is shared: the operator splits `parallelism` sstables of one
+/// table at once, and a second `flock` of the same directory from the same process would
+/// refuse it (`flock` locks are per open file description). Those splits share one kernel
+/// lock (`HELD`, counted by `Arc`), and `publish::next_generations` reserves the ids it hands
+/// out in this process, so two of them never pick the same generation.
 #[derive(Debug)]
 pub struct SplitLock {
+    _held: Option<std::sync::Arc<HeldLock>>,
+}
+
+#[derive(Debug)]
+pub struct HeldLock {
     _dirs: Vec<crate::io::lock::DirLock>,
 }
+
+/// A held lock's key: (table directory, --out), canonical.
+type LockKey = (PathBuf, PathBuf);
+
+/// The locks this process holds, by key, while any split uses them.
+static HELD: std::sync::Mutex<Vec<(LockKey, std::sync::Weak<HeldLock>)>> =
+    std::sync::Mutex::new(Vec::new());
 
 /// Locks the table directory of the sstable `parent_path` and `target.out_dir`, without
 /// waiting (`PublishError::Busy` when another cleave holds either). A dry run writes
@@ -78,11 +96,32 @@ pub fn lock(parent_path: &Path, target: &Target) -> Result<SplitLock, PublishErr
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     if target.dry_run || !target.out_dir.is_dir() || !parent_dir.is_dir() {
-        return Ok(SplitLock { _dirs: Vec::new() });
+        return Ok(SplitLock { _held: None });
     }
-    Ok(SplitLock {
+    let key = (
+        std::fs::canonicalize(parent_dir).unwrap_or_else(|_| parent_dir.to_path_buf()),
+        std::fs::canonicalize(&target.out_dir).unwrap_or_else(|_| target.out_dir.clone()),
+    );
+    // The registry stays locked while a fresh lock is taken and stale staging removed, so a
+    // split of this process that shares the lock cannot create staging before that removal.
+    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    held.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(shared) = held
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return Ok(SplitLock {
+            _held: Some(shared),
+        });
+    }
+    let fresh = std::sync::Arc::new(HeldLock {
         _dirs: publish::lock_for_split(parent_dir, &target.out_dir)?,
-    })
+    });
+    // Staging left in --out by a killed split: stale, since no split holds the lock.
+    publish::remove_staging_dirs(&target.out_dir).map_err(PublishError::Format)?;
+    held.push((key, std::sync::Arc::downgrade(&fresh)));
+    Ok(SplitLock { _held: Some(fresh) })
 }
 
 /// The pipeline end to end on an opened parent; `_lock` (from `lock`, taken before
@@ -104,10 +143,6 @@ pub fn run(
     ]);
     if !target.dry_run {
         staged::preflight(parent, &target.out_dir, target.publish)?;
-        // Staging left in --out by a killed split: stale, since this split holds the lock.
-        if target.out_dir.is_dir() {
-            publish::remove_staging_dirs(&target.out_dir).map_err(PublishError::Format)?;
-        }
     }
     let plan = parent.plan_with_progress(cut, policy, &mut |bytes, total| {
         progress(RunProgress::Index {

@@ -59,7 +59,18 @@ pub fn next_generations(dirs: &[&Path], n: usize) -> Result<Vec<u32>> {
             }
         }
     }
-    (1..=n as u32)
+    // Ids already handed out by this process for the same first directory (`--out`): a
+    // split sharing the table lock (`split::SplitLock`) may not have written them yet.
+    static RESERVED: std::sync::Mutex<Vec<(PathBuf, u32)>> = std::sync::Mutex::new(Vec::new());
+    let key = dirs
+        .first()
+        .map(|d| fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf()))
+        .unwrap_or_default();
+    let mut reserved = RESERVED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, r)) = reserved.iter().find(|(k, _)| *k == key) {
+        max = max.max(*r);
+    }
+    let gens: Result<Vec<u32>> = (1..=n as u32)
         .map(|i| {
             max.checked_add(i)
                 .filter(|v| *v <= i32::MAX as u32)
@@ -67,7 +78,15 @@ pub fn next_generations(dirs: &[&Path], n: usize) -> Result<Vec<u32>> {
                     FormatError::corrupt(dirs[0], None, "no free sequence generation id below 2^31")
                 })
         })
-        .collect()
+        .collect();
+    let gens = gens?;
+    if let Some(top) = gens.last() {
+        match reserved.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, r)) => *r = (*r).max(*top),
+            None => reserved.push((key, *top)),
+        }
+    }
+    Ok(gens)
 }
 
 /// The files of one sstable in a directory, TOC.txt last (a reader that sees a TOC sees a
