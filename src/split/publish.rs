@@ -715,17 +715,31 @@ pub fn recover(table_dir: &Path) -> Result<Vec<Recovery>, PublishError> {
 /// Removes leftover staging directories of interrupted splits (their children were never
 /// published). Callers hold the directory's lock, so no live split owns them.
 pub fn remove_staging_dirs(dir: &Path) -> Result<usize> {
+    remove_prefixed(dir, STAGING_PREFIX, true)
+}
+
+/// Removes the entries of `dir` whose name starts with `prefix` and that are directories
+/// (`dirs`, removed whole) or regular files; syncs `dir` when something went.
+fn remove_prefixed(dir: &Path, prefix: &str, dirs: bool) -> Result<usize> {
     let mut n = 0;
     for e in fs::read_dir(dir)
         .map_err(io_err(dir))?
         .filter_map(|e| e.ok())
     {
-        if e.file_name()
+        let named = e
+            .file_name()
             .to_str()
-            .is_some_and(|s| s.starts_with(STAGING_PREFIX))
-            && e.file_type().is_ok_and(|t| t.is_dir())
-        {
-            fs::remove_dir_all(e.path()).map_err(io_err(&e.path()))?;
+            .is_some_and(|s| s.starts_with(prefix));
+        let kind = e
+            .file_type()
+            .is_ok_and(|t| if dirs { t.is_dir() } else { t.is_file() });
+        if named && kind {
+            let removed = if dirs {
+                fs::remove_dir_all(e.path())
+            } else {
+                fs::remove_file(e.path())
+            };
+            removed.map_err(io_err(&e.path()))?;
             n += 1;
         }
     }
@@ -740,24 +754,7 @@ pub fn remove_staging_dirs(dir: &Path) -> Result<usize> {
 pub const PROBE_PREFIX: &str = ".cleave-reflink-probe-";
 
 fn remove_stale_probes(dir: &Path) -> Result<usize> {
-    let mut n = 0;
-    for e in fs::read_dir(dir)
-        .map_err(io_err(dir))?
-        .filter_map(|e| e.ok())
-    {
-        if e.file_name()
-            .to_str()
-            .is_some_and(|s| s.starts_with(PROBE_PREFIX))
-            && e.file_type().is_ok_and(|t| t.is_file())
-        {
-            fs::remove_file(e.path()).map_err(io_err(&e.path()))?;
-            n += 1;
-        }
-    }
-    if n > 0 {
-        synced(dir)?;
-    }
-    Ok(n)
+    remove_prefixed(dir, PROBE_PREFIX, false)
 }
 
 #[cfg(test)]
