@@ -11,11 +11,11 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::k8s::{cache_bin, ok_piped as ok, run_piped as run, Cluster};
 use common::*;
 use serde_json::{json, Value};
 
@@ -25,15 +25,6 @@ fn repo() -> &'static Path {
 
 fn chart() -> PathBuf {
     repo().join("charts/cleave")
-}
-
-fn cache_bin() -> PathBuf {
-    let base = std::env::var_os("CLEAVE_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/cleave")
-        });
-    base.join("k8s-1.20.2/bin")
 }
 
 /// The cached helm/kubectl/apiserver, or a printed reason to skip (CI always has them:
@@ -49,33 +40,6 @@ fn tools_or_skip(test: &str) -> bool {
         );
     }
     ok
-}
-
-fn run(mut cmd: Command, stdin: Option<&str>) -> Output {
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    let mut input = child.stdin.take().unwrap();
-    let text = stdin.unwrap_or("").to_string();
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(text.as_bytes());
-    });
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
-    out
-}
-
-fn ok(cmd: Command, stdin: Option<&str>) -> String {
-    let what = format!("{cmd:?}");
-    let out = run(cmd, stdin);
-    assert!(
-        out.status.success(),
-        "{what} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn helm_cmd(args: &[&str]) -> Command {
@@ -448,71 +412,6 @@ fn dockerfile_builds_the_ci_binary() {
 // ---------------------------------------------------------------------------------------
 // On a real kube-apiserver
 // ---------------------------------------------------------------------------------------
-
-struct Cluster {
-    dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let mut c = Command::new(repo().join("scripts/k8s-testenv.sh"));
-        c.arg("start").arg(dir.path());
-        ok(c, None);
-        let kubeconfig = dir.path().join("kubeconfig");
-        Cluster { dir, kubeconfig }
-    }
-
-    fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Command {
-        let mut c = Command::new(cache_bin().join("kubectl"));
-        c.arg("--kubeconfig").arg(kubeconfig).args(args);
-        c
-    }
-
-    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
-        ok(self.kubectl_as(&self.kubeconfig, args), stdin)
-    }
-
-    /// `kubectl apply --dry-run=server` of a manifest stream; the server's objects as JSON.
-    fn dry_run(&self, ns: &str, yaml: &str, what: &str) -> Vec<Value> {
-        let out = run(
-            self.kubectl_as(
-                &self.kubeconfig,
-                &[
-                    "apply",
-                    "--dry-run=server",
-                    "-n",
-                    ns,
-                    "-o",
-                    "json",
-                    "-f",
-                    "-",
-                ],
-            ),
-            Some(yaml),
-        );
-        assert!(
-            out.status.success(),
-            "the apiserver rejects {what}:\n{}\n--- manifest\n{yaml}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        match v["kind"].as_str() {
-            Some("List") => v["items"].as_array().unwrap().clone(),
-            _ => vec![v],
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(repo().join("scripts/k8s-testenv.sh"))
-            .arg("stop")
-            .arg(self.dir.path())
-            .output();
-    }
-}
 
 /// The `restricted` PodSecurity profile's container fields (Pod Security Standards,
 /// v1.25 "restricted"): 1.20 has no PodSecurity admission, so this is the check.

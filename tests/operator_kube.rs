@@ -5,110 +5,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::k8s::*;
 use common::*;
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/k8s-testenv.sh")
-}
-
-fn cache_bin() -> PathBuf {
-    let base = std::env::var_os("CLEAVE_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/cleave")
-        });
-    base.join("k8s-1.20.2/bin")
-}
-
-struct Cluster {
-    dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(script())
-            .arg("start")
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "cluster start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let kubeconfig = dir.path().join("kubeconfig");
-        Cluster { dir, kubeconfig }
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new(cache_bin().join("kubectl"))
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.kubectl(args);
-        assert!(
-            o.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).to_string()
-    }
-
-    fn apply(&self, yaml: &str) {
-        let p = self
-            .dir
-            .path()
-            .join(format!("m-{}.yaml", uuid::Uuid::new_v4().simple()));
-        std::fs::write(&p, yaml).unwrap();
-        self.ok(&["apply", "--server-side", "-f", p.to_str().unwrap()]);
-    }
-
-    fn get(&self, kind: &str, name: &str) -> Option<serde_json::Value> {
-        let o = self.kubectl(&["get", kind, name, "-n", "default", "-o", "json"]);
-        o.status
-            .success()
-            .then(|| serde_json::from_slice(&o.stdout).unwrap())
-    }
-
-    fn wait<T>(&self, what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-        let t = Instant::now();
-        loop {
-            if let Some(v) = f() {
-                return v;
-            }
-            assert!(
-                t.elapsed() < timeout,
-                "timed out after {timeout:?} waiting for {what}"
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        }
-    }
-
-    fn phase(&self, kind: &str, name: &str) -> Option<String> {
-        self.get(kind, name)
-            .and_then(|o| o["status"]["phase"].as_str().map(str::to_string))
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(script())
-            .arg("stop")
-            .arg(self.dir.path())
-            .output();
-    }
-}
 
 fn sidecar(c: &Cluster, data: &Path, port: u16, crash: Option<&str>) -> KillOnDrop {
     let mut cmd = Command::new(cleave_bin());

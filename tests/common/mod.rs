@@ -2,6 +2,8 @@
 //! their MANIFEST says, and how to run the independent Python checkers.
 #![allow(dead_code)]
 
+pub mod k8s;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,0 +1,163 @@
+//! A real kube-apiserver + etcd for the tests (scripts/k8s-testenv.sh, binaries cached in
+//! `~/.cache/cleave`), and kubectl against it. Shared by every test that talks to Kubernetes.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/k8s-testenv.sh")
+}
+
+/// Where scripts/k8s-testenv.sh installed kube-apiserver, etcd, kubectl and helm.
+pub fn cache_bin() -> PathBuf {
+    let base = std::env::var_os("CLEAVE_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/cleave")
+        });
+    base.join("k8s-1.20.2/bin")
+}
+
+/// Runs `cmd` with `stdin` piped in (empty when `None`) and collects its output.
+pub fn run_piped(mut cmd: Command, stdin: Option<&str>) -> Output {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let mut input = child.stdin.take().unwrap();
+    let text = stdin.unwrap_or("").to_string();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(text.as_bytes());
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+/// [`run_piped`], asserting success; its stdout.
+pub fn ok_piped(cmd: Command, stdin: Option<&str>) -> String {
+    let what = format!("{cmd:?}");
+    let out = run_piped(cmd, stdin);
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One apiserver + etcd in a temporary directory, stopped on drop.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Command::new(script());
+        c.arg("start").arg(dir.path());
+        ok_piped(c, None);
+        let kubeconfig = dir.path().join("kubeconfig");
+        Cluster { dir, kubeconfig }
+    }
+
+    /// kubectl with another identity's kubeconfig (e.g. a ServiceAccount's).
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(cache_bin().join("kubectl"));
+        c.arg("--kubeconfig").arg(kubeconfig).args(args);
+        c
+    }
+
+    /// kubectl as the cluster admin; its output whatever the exit status.
+    pub fn output(&self, args: &[&str]) -> Output {
+        run_piped(self.kubectl_as(&self.kubeconfig, args), None)
+    }
+
+    /// kubectl as the cluster admin with `stdin`, asserting success; its stdout.
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
+        ok_piped(self.kubectl_as(&self.kubeconfig, args), stdin)
+    }
+
+    pub fn ok(&self, args: &[&str]) -> String {
+        self.kubectl(args, None)
+    }
+
+    pub fn apply(&self, yaml: &str) {
+        let p = self
+            .dir
+            .path()
+            .join(format!("m-{}.yaml", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&p, yaml).unwrap();
+        self.ok(&["apply", "--server-side", "-f", p.to_str().unwrap()]);
+    }
+
+    /// The object in namespace `default`, or `None` if it does not exist.
+    pub fn get(&self, kind: &str, name: &str) -> Option<serde_json::Value> {
+        let o = self.output(&["get", kind, name, "-n", "default", "-o", "json"]);
+        o.status
+            .success()
+            .then(|| serde_json::from_slice(&o.stdout).unwrap())
+    }
+
+    pub fn wait<T>(&self, what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+        let t = Instant::now();
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(
+                t.elapsed() < timeout,
+                "timed out after {timeout:?} waiting for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    pub fn phase(&self, kind: &str, name: &str) -> Option<String> {
+        self.get(kind, name)
+            .and_then(|o| o["status"]["phase"].as_str().map(str::to_string))
+    }
+
+    /// `kubectl apply --dry-run=server` of a manifest stream; the server's objects as JSON.
+    pub fn dry_run(&self, ns: &str, yaml: &str, what: &str) -> Vec<serde_json::Value> {
+        let out = run_piped(
+            self.kubectl_as(
+                &self.kubeconfig,
+                &[
+                    "apply",
+                    "--dry-run=server",
+                    "-n",
+                    ns,
+                    "-o",
+                    "json",
+                    "-f",
+                    "-",
+                ],
+            ),
+            Some(yaml),
+        );
+        assert!(
+            out.status.success(),
+            "the apiserver rejects {what}:\n{}\n--- manifest\n{yaml}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        match v["kind"].as_str() {
+            Some("List") => v["items"].as_array().unwrap().clone(),
+            _ => vec![v],
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(script())
+            .arg("stop")
+            .arg(self.dir.path())
+            .output();
+    }
+}
