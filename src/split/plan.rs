@@ -64,7 +64,7 @@ impl PlannedChild {
 
 /// Where a partition goes, as the grouper decides it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Group {
+pub(super) enum Group {
     Index(usize),
     Label(Label),
 }
@@ -104,7 +104,7 @@ pub struct Grouper {
 
 /// How many partitions past a `Parts` target the grouper waits for a cut with a usable
 /// dead prefix before cutting anyway.
-const PARTS_PATIENCE: u32 = 64;
+pub(super) const PARTS_PATIENCE: u32 = 64;
 
 impl Grouper {
     pub fn new(
@@ -249,63 +249,88 @@ impl Grouper {
             o.run.last_ordinal = self.ordinal - 1;
             self.runs.push((o.group, o.run));
         }
-        if let Cut::Parts(n) = self.cut {
-            let want = (n as u64).min(self.ordinal) as usize;
-            // The cut that waited for a dead prefix in vain is made where it was due.
-            if let Some(b) = self.deferred.take() {
-                if self.runs.len() < want {
-                    self.recent.retain(|r| r.ordinal != b.ordinal);
-                    cut_at(&mut self.runs, b);
-                }
+        assemble(
+            &self.cut,
+            self.runs,
+            self.deferred,
+            self.recent,
+            self.ordinal,
+            merge_below_units,
+            self.grid,
+        )
+    }
+}
+
+/// Runs (closed, in parent order) to children: for `Parts`, the cut that waited for a dead
+/// prefix in vain and the cuts the scan could not make are made first (from `deferred` and
+/// `recent`, the last N-1 partition starts); then anticompaction runs touching fewer than
+/// `merge_below_units` grid units join their label's `regrid` child. Shared by the streaming
+/// `Grouper` and the sampled planner (`split::sampled`), so both apply the same rules.
+pub(super) fn assemble(
+    cut: &Cut,
+    mut runs: Vec<(Group, Run)>,
+    deferred: Option<Boundary>,
+    mut recent: std::collections::VecDeque<Boundary>,
+    partitions: u64,
+    merge_below_units: u64,
+    grid: u64,
+) -> Vec<PlannedChild> {
+    if let Cut::Parts(n) = cut {
+        let want = (*n as u64).min(partitions) as usize;
+        // The cut that waited for a dead prefix in vain is made where it was due.
+        if let Some(b) = deferred {
+            if runs.len() < want {
+                recent.retain(|r| r.ordinal != b.ordinal);
+                cut_at(&mut runs, b);
             }
-            make_missing_cuts(&mut self.runs, &mut self.recent, want);
         }
-        let mut children = Vec::new();
-        let mut merged: Vec<PlannedChild> = Vec::new();
-        for (group, run) in self.runs {
-            match group {
-                Group::Index(_) => children.push(PlannedChild {
-                    runs: vec![run],
-                    label: None,
-                    merged: false,
-                }),
-                Group::Label(label) => {
-                    let units = units_touched(run.first_position, run.end_position, self.grid);
-                    if units < merge_below_units {
-                        match merged.iter_mut().find(|c| c.label == Some(label)) {
-                            Some(c) => c.runs.push(run),
-                            None => merged.push(PlannedChild {
-                                runs: vec![run],
-                                label: Some(label),
-                                merged: true,
-                            }),
-                        }
-                    } else {
-                        children.push(PlannedChild {
+        make_missing_cuts(&mut runs, &mut recent, want);
+    }
+    let mut children = Vec::new();
+    let mut merged: Vec<PlannedChild> = Vec::new();
+    for (group, run) in runs {
+        match group {
+            Group::Index(_) => children.push(PlannedChild {
+                runs: vec![run],
+                label: None,
+                merged: false,
+            }),
+            Group::Label(label) => {
+                let units = units_touched(run.first_position, run.end_position, grid);
+                if units < merge_below_units {
+                    match merged.iter_mut().find(|c| c.label == Some(label)) {
+                        Some(c) => c.runs.push(run),
+                        None => merged.push(PlannedChild {
                             runs: vec![run],
                             label: Some(label),
-                            merged: false,
-                        });
+                            merged: true,
+                        }),
                     }
+                } else {
+                    children.push(PlannedChild {
+                        runs: vec![run],
+                        label: Some(label),
+                        merged: false,
+                    });
                 }
             }
         }
-        merged.sort_by_key(|c| c.label);
-        children.extend(merged);
-        children
     }
+    merged.sort_by_key(|c| c.label);
+    children.extend(merged);
+    children
 }
 
 /// A partition start the `Parts` grouper may still cut at after the stream ended.
 #[derive(Debug, Clone)]
-struct Boundary {
-    ordinal: u64,
-    position: u64,
-    index_offset: u64,
-    key: Vec<u8>,
-    token: String,
-    prev_key: Vec<u8>,
-    prev_token: String,
+pub(super) struct Boundary {
+    pub(super) ordinal: u64,
+    pub(super) position: u64,
+    pub(super) index_offset: u64,
+    pub(super) key: Vec<u8>,
+    pub(super) token: String,
+    pub(super) prev_key: Vec<u8>,
+    pub(super) prev_token: String,
 }
 
 /// `--parts N` gives exactly min(N, partitions) children: when the stream made fewer cuts
@@ -677,16 +702,30 @@ pub struct Plan {
     pub policy: Policy,
     pub grid: Grid,
     pub children: Vec<ChildPlan>,
-    /// (count, xor, sum) of the parent's keys' Murmur3, from the planning pass.
-    pub fingerprint: crate::sstable::fingerprint::Fingerprint,
-    /// Wall time of the planning pass over Index.db (docs/benchmarks.md compares it with
-    /// the write pass).
+    /// The parent's partitions (exact, whichever the source).
+    pub partitions: u64,
+    /// (count, xor, sum) of the parent's keys' Murmur3 when the plan read every key (the
+    /// full pass); a sampled plan leaves it to the write pass, which reads them all.
+    pub fingerprint: Option<crate::sstable::fingerprint::Fingerprint>,
+    pub source: PlanSource,
+    /// Wall time of planning (docs/benchmarks.md compares it with the write pass).
     pub index_pass: std::time::Duration,
+}
+
+/// What a plan was made from. Both give the same children; only `IndexPass` reads every
+/// key (and so knows the parent's key fingerprint before writing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanSource {
+    /// Summary.db's samples plus point reads of Index.db at the cuts (`split::sampled`).
+    SummarySamples,
+    /// One streaming pass over Index.db (`Grouper`).
+    IndexPass,
 }
 
 impl Plan {
     pub fn partitions(&self) -> u64 {
-        self.fingerprint.count
+        self.partitions
     }
 }
 
@@ -807,6 +846,28 @@ mod tests {
         }
         assert_eq!(next, positions.len() as u64);
         assert_eq!(c.last().map(|c| c.runs[0].end_position), Some(len));
+        // The sampled planner cuts at the same partitions.
+        let items: Vec<(Token, u64)> = positions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (Token::Murmur3(i as i64), *p))
+            .collect();
+        let s = crate::split::sampled::tests::same_as_grouper(
+            &Cut::Parts(n),
+            &items,
+            len,
+            grid,
+            min_dead,
+            0,
+        );
+        assert_eq!(
+            s.iter()
+                .map(|c| c.runs[0].first_ordinal)
+                .collect::<Vec<_>>(),
+            c.iter()
+                .map(|c| c.runs[0].first_ordinal)
+                .collect::<Vec<_>>()
+        );
         c
     }
 
