@@ -233,10 +233,25 @@ impl Parent {
                 .as_ref()
                 .is_some_and(|c| c.codec() == Codec::Lz4),
         };
-        let compression = t
-            .compression
+        // The few offsets the plan reads, fetched once (the parent's may be on disk).
+        let fetched = match &t.compression {
+            Some(c) => {
+                let mut f = plan::FetchedOffsets {
+                    count: c.offsets.len() as u64,
+                    ..Default::default()
+                };
+                for i in plan::offsets_needed(&children, unit) {
+                    if let Some(o) = c.offsets.get(i as usize)? {
+                        f.offsets.insert(i, o);
+                    }
+                }
+                Some(f)
+            }
+            None => None,
+        };
+        let compression = fetched
             .as_ref()
-            .map(|c| (c.offsets.as_slice(), t.data_file_size));
+            .map(|f| (f as &dyn plan::OffsetLookup, t.data_file_size));
         let children = plan::resolve(children, policy, grid, compression);
         Ok(Plan {
             parent: self.clone(),

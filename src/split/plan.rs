@@ -479,14 +479,77 @@ pub struct Prediction {
     pub bytes_reencoded: u64,
 }
 
+/// Chunk offsets as the pure planner reads them: by chunk index, `None` past the last
+/// chunk. A slice in tests; `FetchedOffsets` (the few a plan needs) for a real parent,
+/// whose offsets may be on disk (`sstable::compression::ChunkOffsets`).
+pub trait OffsetLookup {
+    fn offset(&self, chunk: u64) -> Option<u64>;
+}
+
+impl OffsetLookup for [u64] {
+    fn offset(&self, chunk: u64) -> Option<u64> {
+        self.get(chunk as usize).copied()
+    }
+}
+
+impl OffsetLookup for Vec<u64> {
+    fn offset(&self, chunk: u64) -> Option<u64> {
+        self.as_slice().offset(chunk)
+    }
+}
+
+/// The offsets `resolve` reads, fetched before it: chunks `k`, `k+1`, `j`, `j+1` of each
+/// zero-copy child's run `k..=j` (first chunk, interior start, last chunk, end).
+#[derive(Debug, Default)]
+pub struct FetchedOffsets {
+    pub count: u64,
+    pub offsets: std::collections::BTreeMap<u64, u64>,
+}
+
+impl OffsetLookup for FetchedOffsets {
+    fn offset(&self, chunk: u64) -> Option<u64> {
+        if chunk >= self.count {
+            return None;
+        }
+        let o = self.offsets.get(&chunk).copied();
+        debug_assert!(o.is_some(), "chunk {chunk} offset not fetched for the plan");
+        o
+    }
+}
+
+/// The chunks whose offsets `resolve` reads for `children` on a grid of `unit`.
+pub fn offsets_needed(children: &[PlannedChild], unit: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = children
+        .iter()
+        .filter(|c| !c.merged)
+        .flat_map(|c| {
+            let r = &c.runs[0];
+            let g = geometry(
+                r.first_position,
+                r.end_position.max(r.first_position + 1),
+                unit,
+            );
+            [
+                g.first_chunk,
+                g.first_chunk + 1,
+                g.last_chunk,
+                g.last_chunk + 1,
+            ]
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// Parent file bytes of chunks `[from, to]` including CRCs.
-pub fn chunk_bytes(offsets: &[u64], file_size: u64, from: u64, to: u64) -> u64 {
+pub fn chunk_bytes(offsets: &dyn OffsetLookup, file_size: u64, from: u64, to: u64) -> u64 {
     if from > to {
         return 0;
     }
-    let start = offsets[from as usize];
-    let end = offsets.get(to as usize + 1).copied().unwrap_or(file_size);
-    end - start
+    let start = offsets.offset(from).unwrap_or(file_size);
+    let end = offsets.offset(to + 1).unwrap_or(file_size);
+    end.saturating_sub(start)
 }
 
 /// Predicted bytes for a compressed child (estimates for re-encoded chunks: their source
@@ -494,7 +557,7 @@ pub fn chunk_bytes(offsets: &[u64], file_size: u64, from: u64, to: u64) -> u64 {
 pub fn predict_compressed(
     layout: Layout,
     g: &Geometry,
-    offsets: &[u64],
+    offsets: &dyn OffsetLookup,
     file_size: u64,
     block: u64,
 ) -> Prediction {
@@ -531,7 +594,7 @@ pub fn predict_compressed(
             }
             // Whole blocks of the interior are shared; the partial blocks at both ends are
             // written.
-            let start = offsets[interior_from as usize];
+            let start = offsets.offset(interior_from).unwrap_or(file_size);
             let end = start + interior;
             let shared = (end / block * block).saturating_sub(start.div_ceil(block) * block);
             Prediction {
@@ -615,7 +678,7 @@ pub fn resolve(
     children: Vec<PlannedChild>,
     policy: &Policy,
     grid: Grid,
-    compression: Option<(&[u64], u64)>,
+    compression: Option<(&dyn OffsetLookup, u64)>,
 ) -> Vec<ChildPlan> {
     let Grid {
         unit,
@@ -642,7 +705,7 @@ pub fn resolve(
                 let r = &c.runs[0];
                 let mut g = geometry(r.first_position, r.end_position, unit);
                 if let (Layout::Aligned, true, Some((offsets, _))) = (layout, lz4, compression) {
-                    let s0 = offsets.get(g.first_chunk as usize).copied().unwrap_or(0);
+                    let s0 = offsets.offset(g.first_chunk).unwrap_or(0);
                     if needs_lead(&g, s0, block) {
                         g.lead = unit;
                         g.data_length += unit;

@@ -391,8 +391,13 @@ impl Plan {
                 .open(&path)
                 .map_err(|e| WriteError::io(&path, e))?;
             let mut w = BufWriter::new(f);
-            data::write_compression_info(&mut w, ci_parent, result.data_length, &result.offsets)
-                .map_err(|e| WriteError::io(&path, e))?;
+            data::write_compression_info(
+                &mut w,
+                &path,
+                ci_parent,
+                result.data_length,
+                &result.offsets,
+            )?;
             let f = w
                 .into_inner()
                 .map_err(|e| WriteError::io(&path, e.into_error()))?;
@@ -565,8 +570,13 @@ impl Plan {
         let mut out: Vec<Built> = vec![(Component::Index, index)];
         if let Some(ci_parent) = &t.compression {
             let mut b = Vec::with_capacity(64 + layout.offsets.len() * 8);
-            data::write_compression_info(&mut b, ci_parent, layout.data_length, &layout.offsets)
-                .map_err(|e| WriteError::io(&t.path(&Component::CompressionInfo), e))?;
+            data::write_compression_info(
+                &mut b,
+                &t.path(&Component::CompressionInfo),
+                ci_parent,
+                layout.data_length,
+                &layout.offsets,
+            )?;
             out.push((Component::CompressionInfo, b));
         }
         let digest = match self.policy.digest {
