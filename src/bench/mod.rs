@@ -1,4 +1,18 @@
 //! Benchmarks as library code (the CLI only parses their arguments): what they measure and
-//! how, kept out of the command-line layer. Syscalls they need are in `crate::io`.
+//! how, kept out of the command-line layer. The syscalls they need (child rusage, page-cache
+//! control, statvfs, loop mounts) are in `crate::io`.
+//!
+//! * [`index`]: `cleave bench index`, Index.db streaming throughput and memory;
+//! * [`split`]: `cleave bench split`, the CASSANDRA-21550 table and the sweep;
+//! * [`fsync`]: `cleave bench fsync`, durability strategies.
 
 pub mod fsync;
+pub mod index;
+mod rng;
+mod scratch;
+pub mod split;
+mod stat;
+
+pub use rng::SplitMix64;
+pub use scratch::ScratchDir;
+pub use stat::Stat;

@@ -70,3 +70,12 @@ pub fn space(path: &Path) -> std::io::Result<Space> {
         total: (st.blocks() as u64).saturating_mul(frag),
     })
 }
+
+/// Bytes in use on the filesystem holding `path` (`statvfs`: `(f_blocks - f_bfree) ×
+/// f_frsize`, so blocks reserved for root count as free).
+pub fn used_bytes(path: &Path) -> std::io::Result<u64> {
+    let st = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
+    Ok((st.blocks() as u64)
+        .saturating_sub(st.blocks_free() as u64)
+        .saturating_mul(st.fragment_size() as u64))
+}

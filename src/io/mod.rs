@@ -2,6 +2,8 @@
 //! through `std::fs`.
 
 pub mod at;
+pub mod cache;
+pub mod child;
 pub mod copy;
 pub mod durable;
 pub mod fault;

@@ -16,6 +16,11 @@ const STATUS: &str = "/proc/self/status";
 const CLEAR_REFS: &str = "/proc/self/clear_refs";
 const IO: &str = "/proc/self/io";
 
+/// Whether this process runs as root (effective uid 0): drop_caches and loop mounts need it.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
 /// Peak resident set size of this process in bytes (`VmHWM`).
 pub fn peak_rss() -> Result<u64> {
     status_kb("VmHWM")

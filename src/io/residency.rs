@@ -84,6 +84,11 @@ impl Residency {
         self.pages.iter().filter(|b| *b & 1 == 1).count()
     }
 
+    /// Bytes resident: the resident pages, the last one counted only up to the file's end.
+    pub fn resident_bytes(&self) -> u64 {
+        (self.resident_pages() as u64 * self.page).min(self.len)
+    }
+
     pub fn pages(&self) -> &[u8] {
         &self.pages
     }
