@@ -12,6 +12,7 @@ use cleave::operator::job::NodeLimits;
 use cleave::operator::local::{self, LocalStore};
 use cleave::operator::metrics::{self, Metrics};
 use cleave::operator::reconcile::Ctx;
+use cleave::operator::stream::StreamClient;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -65,6 +66,48 @@ pub struct RunArgs {
     pub stream_addr: Option<String>,
     #[command(flatten)]
     pub stream: super::stream::ReceiverFlags,
+    /// As a RangeStream's source: the CA receivers' certificates are checked against
+    /// (default: --stream-tls-client-ca, the cluster's one stream CA). The client
+    /// certificate is --stream-tls-cert/--stream-tls-key, the token --stream-token-file.
+    #[arg(long = "stream-client-ca")]
+    pub stream_client_ca: Option<PathBuf>,
+    /// Consecutive failed attempts of a RangeStream retried before it fails.
+    #[arg(long = "stream-retries", default_value_t = 5)]
+    pub stream_retries: u32,
+    /// The first retry's wait (doubled each time, at most 60 s).
+    #[arg(long = "stream-backoff-ms", default_value_t = 1000)]
+    pub stream_backoff_ms: u64,
+    /// Receiver port of a `spec.destination.service` that names none.
+    #[arg(long = "stream-service-port", default_value_t = 7070)]
+    pub stream_service_port: u16,
+}
+
+/// The sender side of the stream flags (docs/operator.md "Streaming").
+fn stream_client(a: &RunArgs) -> Result<StreamClient> {
+    let f = &a.stream;
+    let token = f
+        .token_file
+        .as_deref()
+        .map(super::stream::read_token)
+        .transpose()?;
+    let tls = match a.stream_client_ca.as_ref().or(f.tls_client_ca.as_ref()) {
+        Some(ca) => {
+            let client = match (&f.tls_cert, &f.tls_key) {
+                (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+                _ => None,
+            };
+            Some(cleave::stream::tls::client_config(ca, client)?)
+        }
+        None => None,
+    };
+    Ok(StreamClient {
+        token,
+        tls,
+        insecure_plaintext: f.insecure_plaintext,
+        retries: a.stream_retries,
+        backoff: Duration::from_millis(a.stream_backoff_ms),
+        service_port: a.stream_service_port,
+    })
 }
 
 /// The process's tracing subscriber: `filter` (EnvFilter syntax), else `$RUST_LOG`, else
@@ -127,17 +170,17 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         let server = cleave::http::Server::new(listener, metrics::router(metrics.clone()));
         let http = tokio::spawn(server.serve(stop()));
         if let Some(addr) = &a.stream_addr {
-            let registry = metrics.registry.clone();
             super::stream::spawn_receiver(
                 addr,
                 &a.stream,
                 Some(a.data_dir.clone()),
                 f64::from(a.min_free_percent),
-                &registry,
+                metrics.stream.clone(),
                 stop(),
             )
             .await?;
         }
+        let client_side = stream_client(&a)?;
         let limits = NodeLimits {
             max_concurrent_jobs: a.max_concurrent_jobs as usize,
             min_free_percent: a.min_free_percent,
@@ -151,6 +194,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                     metrics,
                 );
                 ctx.limits = limits;
+                ctx.stream = client_side;
                 let ctx = Arc::new(ctx);
                 let (s, stopped) = (ctx.shutdown.clone(), stop());
                 tokio::spawn(async move {
@@ -176,6 +220,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                     metrics,
                 );
                 ctx.limits = limits;
+                ctx.stream = client_side;
                 controller::run(
                     client,
                     a.namespace.clone(),

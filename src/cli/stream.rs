@@ -132,7 +132,7 @@ pub enum ImportArg {
     Import,
 }
 
-fn read_token(p: &Path) -> Result<String> {
+pub fn read_token(p: &Path) -> Result<String> {
     let t = std::fs::read_to_string(p).with_context(|| format!("--token-file {}", p.display()))?;
     let t = t.trim().to_string();
     anyhow::ensure!(!t.is_empty(), "--token-file {} is empty", p.display());
@@ -160,14 +160,15 @@ pub fn run(a: StreamArgs) -> Result<ExitCode> {
     }
 }
 
-/// Binds the receiver on `addr` and serves it on a task until `shutdown`; the stream
-/// metrics go to `registry`. The check that every listener authenticates is here.
+/// Binds the receiver on `addr` and serves it on a task until `shutdown`, counting into
+/// `metrics` (`cleave run` shares them with its sender). The check that every listener
+/// authenticates is here.
 pub async fn spawn_receiver(
     addr: &str,
     f: &ReceiverFlags,
     data_dir: Option<PathBuf>,
     min_free_percent: f64,
-    registry: &prometheus::Registry,
+    metrics: Arc<StreamMetrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let staging = f
@@ -188,7 +189,6 @@ pub async fn spawn_receiver(
         tls.is_some() || f.insecure_plaintext,
         "no --stream-tls-cert/--stream-tls-key: pass --insecure-plaintext to serve without TLS"
     );
-    let metrics = StreamMetrics::new(registry)?;
     let receiver = Arc::new(Receiver::new(
         ReceiverConfig {
             staging,
@@ -231,7 +231,7 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
         &a.flags,
         a.data_dir,
         a.min_free_percent,
-        &registry,
+        StreamMetrics::new(&registry)?,
         shutdown,
     )
     .await?;

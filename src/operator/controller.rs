@@ -48,6 +48,10 @@ impl KubeStore {
     fn jobs(&self, job: &AnticompactionJob) -> Api<AnticompactionJob> {
         Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default())
     }
+
+    fn streams(&self, s: &RangeStream) -> Api<RangeStream> {
+        Api::namespaced(self.client.clone(), &s.namespace().unwrap_or_default())
+    }
 }
 
 impl Store for KubeStore {
@@ -89,17 +93,25 @@ impl Store for KubeStore {
         &self,
         s: &RangeStream,
         status: &JobStatus,
-    ) -> Result<(), OperatorError> {
-        let api: Api<RangeStream> =
-            Api::namespaced(self.client.clone(), &s.namespace().unwrap_or_default());
-        let body = serde_json::json!({"apiVersion": "cleave.dev/v1alpha1", "kind": "RangeStream", "status": status});
-        api.patch_status(
-            &s.name_any(),
-            &PatchParams::apply(&self.field_manager).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
-        Ok(())
+        expect: Option<&str>,
+    ) -> Result<Option<String>, OperatorError> {
+        let mut body = serde_json::json!({"apiVersion": "cleave.dev/v1alpha1", "kind": "RangeStream", "status": status});
+        if let Some(rv) = expect {
+            body["metadata"] = serde_json::json!({ "resourceVersion": rv });
+        }
+        let after = self
+            .streams(s)
+            .patch_status(
+                &s.name_any(),
+                &PatchParams::apply(&self.field_manager).force(),
+                &Patch::Apply(&body),
+            )
+            .await?;
+        Ok(after.resource_version())
+    }
+
+    async fn get_stream(&self, s: &RangeStream) -> Result<Option<RangeStream>, OperatorError> {
+        Ok(self.streams(s).get_opt(&s.name_any()).await?)
     }
 
     async fn delete(&self, job: &AnticompactionJob) -> Result<(), OperatorError> {
@@ -129,7 +141,7 @@ impl Store for KubeStore {
     }
 }
 
-fn opted_out(job: &AnticompactionJob) -> bool {
+fn opted_out<K: Resource>(job: &K) -> bool {
     job.annotations()
         .get(FINALIZER_OPT_OUT)
         .is_some_and(|v| v == "disabled")
@@ -139,11 +151,14 @@ fn opted_out(job: &AnticompactionJob) -> bool {
 /// tests the entry at its index before removing it, so a concurrent change to the list
 /// (another controller adding or removing its own) makes the apiserver refuse (422) instead
 /// of this write dropping theirs. On a refusal, re-read and try again.
-pub async fn remove_finalizer(
-    api: &Api<AnticompactionJob>,
-    job: &AnticompactionJob,
+pub async fn remove_finalizer<K>(
+    api: &Api<K>,
+    job: &K,
     finalizer: &str,
-) -> Result<(), OperatorError> {
+) -> Result<(), OperatorError>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let name = job.name_any();
     let mut current = job.finalizers().to_vec();
     for _ in 0..5 {
@@ -187,7 +202,7 @@ async fn reconcile_job(
     let ns = job.namespace().unwrap_or_default();
     let api: Api<AnticompactionJob> = Api::namespaced(ctx.store.client.clone(), &ns);
     let key = format!("{ns}/{}", job.name_any());
-    let result = if opted_out(&job) {
+    let result = if opted_out(&*job) {
         if job.meta().deletion_timestamp.is_some() {
             // An earlier version of the job may have had our finalizer.
             remove_finalizer(&api, &job, FINALIZER).await?;
@@ -294,20 +309,115 @@ fn error_policy(
     Action::requeue(backoff)
 }
 
+/// RangeStreams: only the source node's sidecar acts, so only it adds the finalizer
+/// (a destination or a third node never wedges a deletion).
 async fn reconcile_stream(
     s: Arc<RangeStream>,
     ctx: Arc<Ctx<KubeStore>>,
 ) -> Result<Action, OperatorError> {
-    reconcile::reconcile_stream(s, ctx).await
+    if s.spec.source_node != ctx.node {
+        return Ok(Action::await_change());
+    }
+    let api: Api<RangeStream> =
+        Api::namespaced(ctx.store.client.clone(), &s.namespace().unwrap_or_default());
+    let key = format!(
+        "{STREAM}/{}/{}",
+        s.namespace().unwrap_or_default(),
+        s.name_any()
+    );
+    let result = if opted_out(&*s) {
+        if s.meta().deletion_timestamp.is_some() {
+            remove_finalizer(&api, &*s, FINALIZER).await?;
+            reconcile::forget_stream(&ctx, &s);
+            Ok(Action::await_change())
+        } else {
+            reconcile::reconcile_stream(s.clone(), ctx.clone()).await
+        }
+    } else {
+        let c = ctx.clone();
+        finalizer(&api, FINALIZER, s.clone(), |event| async move {
+            match event {
+                FinalizerEvent::Apply(x) => reconcile::reconcile_stream(x, c).await,
+                FinalizerEvent::Cleanup(x) => cleanup_stream(x, c).await,
+            }
+        })
+        .await
+        .map_err(|e| OperatorError::Finalizer(e.to_string()))
+    };
+    if result.is_ok() {
+        if let Ok(mut f) = ctx.store.failures.lock() {
+            f.remove(&key);
+        }
+    }
+    result
+}
+
+/// Deletion of a RangeStream: stop its send (the run itself asks the receiver to drop the
+/// in-flight transfer's staging); when no run is here (a previous worker died), tell the
+/// receiver about the transfer status names. Published children stay on the destination.
+#[instrument(skip_all, fields(kind = STREAM, namespace = s.metadata.namespace.as_deref().unwrap_or_default(), name = s.metadata.name.as_deref().unwrap_or_default()))]
+async fn cleanup_stream(
+    s: Arc<RangeStream>,
+    ctx: Arc<Ctx<KubeStore>>,
+) -> Result<Action, OperatorError> {
+    let key = reconcile::key_of(&*s);
+    let message = if ctx.runs.cancel(&key) {
+        info!("stream deleted while sending: stopping it");
+        if !ctx.runs.wait_stopped(&key, Duration::from_secs(120)).await {
+            return Err(OperatorError::Task(
+                "the running stream did not stop within 120 s".into(),
+            ));
+        }
+        "the send was stopped and the receiver asked to drop its staging".to_string()
+    } else {
+        let in_flight = s
+            .status
+            .as_ref()
+            .and_then(|st| st.stream.as_ref())
+            .and_then(|x| x.current_transfer.clone());
+        let ns = s.namespace().unwrap_or_default();
+        match (in_flight, ctx.stream.endpoint(&s.spec.destination, &ns)) {
+            (Some(id), Ok(ep)) => match super::stream::cancel_on_receiver(&ep, &id).await {
+                Ok(()) => format!("the receiver dropped the staging of {id}"),
+                Err(e) => format!("cleanup incomplete: the receiver's staging of {id} stays: {e}"),
+            },
+            _ => "nothing in flight".to_string(),
+        }
+    };
+    info!(detail = %message, "cleanup");
+    let note = Note {
+        type_: EventType::Normal,
+        reason: "Cleanup".into(),
+        message,
+    };
+    ctx.store.event(&*s, &note).await;
+    reconcile::forget_stream(&ctx, &s);
+    Ok(Action::await_change())
 }
 
 fn stream_error_policy(
     s: Arc<RangeStream>,
     err: &OperatorError,
-    _ctx: Arc<Ctx<KubeStore>>,
+    ctx: Arc<Ctx<KubeStore>>,
 ) -> Action {
-    warn!(kind = STREAM, namespace = s.namespace().unwrap_or_default(), name = s.name_any(), error = %err, "reconcile failed; retry in 15 s");
-    Action::requeue(Duration::from_secs(15))
+    let key = format!(
+        "{STREAM}/{}/{}",
+        s.namespace().unwrap_or_default(),
+        s.name_any()
+    );
+    let n = ctx
+        .store
+        .failures
+        .lock()
+        .map(|mut f| {
+            let n = f.entry(key).or_insert(0);
+            *n += 1;
+            *n
+        })
+        .unwrap_or(1);
+    let backoff = Duration::from_secs((5u64 << n.min(6)).min(300));
+    warn!(kind = STREAM, namespace = s.namespace().unwrap_or_default(), name = s.name_any(), error = %err, label = err.label(), retry_in = ?backoff, "reconcile failed");
+    Action::requeue(backoff)
 }
 
 /// What an admin should do about a watch error: the apiserver's code, said in words.
@@ -397,8 +507,9 @@ pub async fn run(
     let selector = format!("{NODE_LABEL}={}", ctx.node);
     let c1 = Controller::new(jobs, watcher::Config::default().labels(&selector))
         .with_config(cfg.clone());
-    // The RangeStream watch is not narrowed: a stream concerns its source and its
-    // destination node (issue 10 decides how the destination learns of it).
+    // The RangeStream watch is not narrowed: a stream is acted on by its source node only
+    // (spec.sourceNode, checked in reconcile_stream); the destination learns of it from
+    // the transfers its receiver is sent, so it needs no watch of its own.
     let c2 = Controller::new(streams, watcher::Config::default()).with_config(cfg);
     // Ready once both watches have listed successfully (reflector stores are ready).
     let (s1, s2) = (c1.store(), c2.store());

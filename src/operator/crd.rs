@@ -227,6 +227,79 @@ pub struct JobStatus {
     pub results: Vec<SSTableResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<Worker>,
+    /// RangeStream only: bytes, throughput and the receiver's verdict per child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamStatus>,
+}
+
+/// A RangeStream's transfer, as its source node's sidecar reports it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamStatus {
+    /// Where the children go (`host:port`, the resolved endpoint or Service).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub destination: String,
+    /// Bytes of every planned child (all files), known once every sstable is planned.
+    pub bytes_total: u64,
+    /// Bytes the receiver holds for this stream: body bytes sent plus those of children
+    /// it had already published (a replay sends nothing).
+    pub bytes_sent: u64,
+    /// Average bytes/s of this worker's sending so far.
+    pub throughput: u64,
+    pub children_total: u64,
+    pub children_done: u64,
+    /// Failed attempts retried so far (see the `Retrying` condition).
+    pub retries: u64,
+    /// The parent being sent now (Data.db file name).
+    #[serde(
+        default,
+        rename = "currentSSTable",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub current_sstable: Option<String>,
+    /// The transfer id in flight: the one whose receiver staging a deletion cancels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_transfer: Option<String>,
+    /// Per parent sstable, in send order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<StreamSSTableResult>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamSSTableResult {
+    /// The parent's Data.db file name (`<keyspace>/<table dir>/` on the source).
+    pub parent: String,
+    pub table: String,
+    pub partitions: u64,
+    pub partitions_in_ranges: u64,
+    /// One per contiguous run of the parent in the ranges (none: nothing in the ranges).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<StreamChildResult>,
+}
+
+/// The receiver's verdict on one child (its commit answer).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamChildResult {
+    /// `<RangeStream uid>.<table>.<version>-<generation>.c<index>`: the idempotency key.
+    pub transfer: String,
+    /// The receiver checked and published the child.
+    pub ok: bool,
+    pub partitions: u64,
+    pub bytes: u64,
+    /// Body bytes this sidecar sent for it (0 when the receiver had it already).
+    pub bytes_sent: u64,
+    /// The child's Data.db on the receiver.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub published: String,
+    /// count:xor:sum of the Murmur3 of every key, as the receiver re-read them.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fingerprint: String,
+    pub chunks_checked: u64,
+    /// The receiver had published this transfer before: nothing was sent again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
 }
 
 /// Removes every `default` from a schema: serde fills defaults on read, and schemars'

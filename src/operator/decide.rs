@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::crd::{AnticompactionJobSpec, JobStatus};
+use super::crd::{AnticompactionJobSpec, JobStatus, RangeStreamSpec};
 use super::status;
 use crate::split::spec::{RepairSession, RepairedRanges};
 use crate::sstable::{Partitioner, TokenRange};
@@ -179,16 +179,96 @@ pub fn decide(
     if let Err((reason, message)) = validate_spec(spec) {
         return Next::Fail { reason, message };
     }
-    if let Some(w) = status.and_then(|s| s.worker.as_ref()) {
-        let beat = parse_time(&w.heartbeat_time).unwrap_or(0);
-        let age = now - beat;
-        if w.identity != me && age < LEASE.as_secs() as i64 {
-            return Next::Wait(Duration::from_secs(
-                (LEASE.as_secs() as i64 - age).max(1) as u64
+    lease_holder_wait(status, me, now).unwrap_or(Next::Run)
+}
+
+/// The RangeStream spec checks no file is needed for (tokens parse for some partitioner;
+/// the sstables' own one is applied when they are planned).
+pub fn validate_stream(spec: &RangeStreamSpec) -> Option<(String, String)> {
+    if spec.source_node.is_empty() || spec.destination.node_name.is_empty() {
+        return Some((
+            "InvalidSpec".into(),
+            "spec.sourceNode and spec.destination.nodeName are required".into(),
+        ));
+    }
+    if spec.source_node == spec.destination.node_name {
+        return Some((
+            "InvalidSpec".into(),
+            "spec.destination.nodeName is the source node".into(),
+        ));
+    }
+    if spec.destination.endpoint.is_none() && spec.destination.service.is_none() {
+        return Some((
+            "InvalidSpec".into(),
+            "spec.destination needs an endpoint or a service".into(),
+        ));
+    }
+    if let Some(e) = &spec.destination.endpoint {
+        if e.rsplit_once(':')
+            .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+        {
+            return Some((
+                "InvalidSpec".into(),
+                format!("spec.destination.endpoint {e:?} is not host:port"),
             ));
         }
     }
-    Next::Run
+    if spec.ranges.is_empty() {
+        return Some(("InvalidSpec".into(), "spec.ranges is empty".into()));
+    }
+    if spec.keyspace.is_empty() {
+        return Some(("InvalidSpec".into(), "spec.keyspace is empty".into()));
+    }
+    for (i, r) in spec.ranges.iter().enumerate() {
+        // The partitioner is the sstables'; a token must parse for at least one.
+        let ok = [
+            crate::sstable::Partitioner::Murmur3,
+            crate::sstable::Partitioner::Random,
+            crate::sstable::Partitioner::ByteOrdered,
+        ]
+        .iter()
+        .any(|p| p.parse_token(&r.start).is_ok() && p.parse_token(&r.end).is_ok());
+        if !ok {
+            return Some((
+                "InvalidRange".into(),
+                format!("spec.ranges[{i}]: ({}, {}] are not tokens", r.start, r.end),
+            ));
+        }
+    }
+    None
+}
+
+/// The decision for a RangeStream on `node` (identity `me`) at `now`: only the source
+/// node's sidecar acts (the destination's receiver learns of a stream from its transfers);
+/// the same lease as a job's.
+pub fn decide_stream(
+    spec: &RangeStreamSpec,
+    status: Option<&JobStatus>,
+    node: &str,
+    me: &str,
+    now: i64,
+) -> Next {
+    if spec.source_node != node {
+        return Next::Ignore;
+    }
+    if is_finished(status) {
+        return Next::Finished(None);
+    }
+    if let Some((reason, message)) = validate_stream(spec) {
+        return Next::Fail { reason, message };
+    }
+    lease_holder_wait(status, me, now).unwrap_or(Next::Run)
+}
+
+/// `Wait` while another identity's heartbeat is younger than the lease.
+fn lease_holder_wait(status: Option<&JobStatus>, me: &str, now: i64) -> Option<Next> {
+    let w = status.and_then(|s| s.worker.as_ref())?;
+    let age = now - parse_time(&w.heartbeat_time).unwrap_or(0);
+    (w.identity != me && age < LEASE.as_secs() as i64).then(|| {
+        Next::Wait(Duration::from_secs(
+            (LEASE.as_secs() as i64 - age).max(1) as u64
+        ))
+    })
 }
 
 /// The tables a job works on, for "one job per table at a time" (two jobs splitting the

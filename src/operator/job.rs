@@ -64,7 +64,16 @@ impl From<SplitError> for Failure {
 
 /// The table directories of the job (`<data>/<keyspace>/<table>-<id>`).
 pub fn table_dirs(data_dir: &Path, spec: &AnticompactionJobSpec) -> Result<Vec<PathBuf>, Failure> {
-    let ks = data_dir.join(&spec.keyspace);
+    table_dirs_of(data_dir, &spec.keyspace, &spec.tables)
+}
+
+/// The directories of `tables` of `keyspace` (empty: every table), for jobs and streams.
+pub fn table_dirs_of(
+    data_dir: &Path,
+    keyspace: &str,
+    tables: &[String],
+) -> Result<Vec<PathBuf>, Failure> {
+    let ks = data_dir.join(keyspace);
     let rd = std::fs::read_dir(&ks)
         .map_err(|e| Failure::new("KeyspaceNotFound", format!("{}: {e}", ks.display())))?;
     let mut dirs = Vec::new();
@@ -74,12 +83,12 @@ pub fn table_dirs(data_dir: &Path, spec: &AnticompactionJobSpec) -> Result<Vec<P
             continue;
         }
         let table = name.rsplit_once('-').map_or(name.as_str(), |(t, _)| t);
-        if spec.tables.is_empty() || spec.tables.iter().any(|t| t == table) {
+        if tables.is_empty() || tables.iter().any(|t| t == table) {
             dirs.push(e.path());
         }
     }
     dirs.sort();
-    for t in &spec.tables {
+    for t in tables {
         if !dirs.iter().any(|d| {
             d.file_name()
                 .and_then(|n| n.to_str())

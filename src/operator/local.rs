@@ -72,8 +72,31 @@ impl Store for LocalStore {
         &self,
         s: &RangeStream,
         status: &JobStatus,
-    ) -> Result<(), OperatorError> {
-        self.write_status(&s.name_any(), status)
+        _expect: Option<&str>,
+    ) -> Result<Option<String>, OperatorError> {
+        self.write_status(&s.name_any(), status)?;
+        Ok(None)
+    }
+
+    async fn get_stream(&self, s: &RangeStream) -> Result<Option<RangeStream>, OperatorError> {
+        let name = s.name_any();
+        for (p, kind) in manifests(&self.dir)? {
+            if kind != "RangeStream" {
+                continue;
+            }
+            let Some(mut x) = std::fs::read_to_string(&p)
+                .ok()
+                .and_then(|t| serde_saphyr::from_str::<RangeStream>(&t).ok())
+            else {
+                continue;
+            };
+            with_local_meta(&mut x, &p);
+            if x.name_any() == name {
+                x.status = load_status(&self.dir, &name);
+                return Ok(Some(x));
+            }
+        }
+        Ok(None)
     }
 
     async fn delete(&self, job: &AnticompactionJob) -> Result<(), OperatorError> {
@@ -194,7 +217,13 @@ pub async fn pass(ctx: &Arc<Ctx<LocalStore>>) -> Result<usize, OperatorError> {
                 };
                 with_local_meta(&mut s, &p);
                 s.status = load_status(&dir, &s.name_any());
+                let mine = s.spec.source_node == ctx.node;
+                let name = s.name_any();
                 reconcile::reconcile_stream(Arc::new(s), ctx.clone()).await?;
+                // `--once` waits for this node's streams too (the sender runs on a task).
+                if mine && !super::decide::is_finished(load_status(&dir, &name).as_ref()) {
+                    open += 1;
+                }
             }
             _ => {}
         }

@@ -34,6 +34,15 @@ pub struct Metrics {
     pub waiting: IntGaugeVec,
     /// `/readyz`: both controllers' first list succeeded (local mode: at start).
     pub ready: AtomicBool,
+    /// The transport's `cleave_stream_*` counters (side = send | receive), shared by this
+    /// sidecar's sender and its receiver.
+    pub stream: Arc<crate::stream::metrics::StreamMetrics>,
+    /// Per RangeStream on its source node (namespace, name): bytes at the receiver, bytes
+    /// planned, average throughput, retried attempts. Removed when the stream is deleted.
+    pub stream_sent: IntGaugeVec,
+    pub stream_total: IntGaugeVec,
+    pub stream_throughput: IntGaugeVec,
+    pub stream_retries: IntCounterVec,
 }
 
 impl Metrics {
@@ -116,6 +125,33 @@ impl Metrics {
             ),
             &["kind", "reason"],
         )?;
+        let per_stream = |name: &str, help: &str| {
+            IntGaugeVec::new(Opts::new(name, help), &["namespace", "name"])
+        };
+        let stream_sent = per_stream(
+            "cleave_stream_sent_bytes",
+            "Bytes of a RangeStream the receiver holds (sent, or published before)",
+        )?;
+        let stream_total = per_stream(
+            "cleave_stream_planned_bytes",
+            "Bytes of every planned child of a RangeStream",
+        )?;
+        let stream_throughput = per_stream(
+            "cleave_stream_throughput_bytes_per_second",
+            "Average send rate of a RangeStream on this sidecar",
+        )?;
+        let stream_retries = IntCounterVec::new(
+            Opts::new(
+                "cleave_stream_retries_total",
+                "Failed attempts of a RangeStream that were retried",
+            ),
+            &["namespace", "name"],
+        )?;
+        registry.register(Box::new(stream_sent.clone()))?;
+        registry.register(Box::new(stream_total.clone()))?;
+        registry.register(Box::new(stream_throughput.clone()))?;
+        registry.register(Box::new(stream_retries.clone()))?;
+        let stream = crate::stream::metrics::StreamMetrics::new(&registry)?;
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
@@ -146,6 +182,11 @@ impl Metrics {
             throttle,
             waiting,
             ready: AtomicBool::new(false),
+            stream,
+            stream_sent,
+            stream_total,
+            stream_throughput,
+            stream_retries,
         }))
     }
 
@@ -153,6 +194,14 @@ impl Metrics {
     pub fn forget(&self, kind: &str, namespace: &str, name: &str) {
         let _ = self.progress.remove_label_values(&[kind, namespace, name]);
         let _ = self.throttle.remove_label_values(&[kind, namespace, name]);
+        if kind == super::reconcile::STREAM {
+            let _ = self.stream_sent.remove_label_values(&[namespace, name]);
+            let _ = self.stream_total.remove_label_values(&[namespace, name]);
+            let _ = self
+                .stream_throughput
+                .remove_label_values(&[namespace, name]);
+            let _ = self.stream_retries.remove_label_values(&[namespace, name]);
+        }
     }
 
     pub fn render(&self) -> String {

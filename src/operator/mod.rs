@@ -9,3 +9,4 @@ pub mod local;
 pub mod metrics;
 pub mod reconcile;
 pub mod status;
+pub mod stream;

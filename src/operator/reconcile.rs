@@ -76,11 +76,18 @@ pub trait Store: Send + Sync + 'static {
         &self,
         job: &AnticompactionJob,
     ) -> impl Future<Output = Result<Option<AnticompactionJob>, OperatorError>> + Send;
+    /// A RangeStream's status, with the same resourceVersion precondition as a job's.
     fn patch_stream_status(
         &self,
         s: &RangeStream,
         status: &JobStatus,
-    ) -> impl Future<Output = Result<(), OperatorError>> + Send;
+        expect: Option<&str>,
+    ) -> impl Future<Output = Result<Option<String>, OperatorError>> + Send;
+    /// The stream as stored now (`None`: deleted).
+    fn get_stream(
+        &self,
+        s: &RangeStream,
+    ) -> impl Future<Output = Result<Option<RangeStream>, OperatorError>> + Send;
     fn delete(
         &self,
         job: &AnticompactionJob,
@@ -89,6 +96,64 @@ pub trait Store: Send + Sync + 'static {
     fn event<K>(&self, obj: &K, note: &Note) -> impl Future<Output = ()> + Send
     where
         K: Resource<DynamicType = ()> + Sync;
+}
+
+/// A resource whose execution holds the `status.worker` lease: both kinds, so one
+/// [`Lease`] writer serves the job runner and the stream sender.
+pub trait Owned: Resource<DynamicType = ()> + Send + Sync + 'static {
+    fn status_of(&self) -> Option<&JobStatus>;
+    fn write_status<S: Store>(
+        &self,
+        store: &S,
+        st: &JobStatus,
+        expect: Option<&str>,
+    ) -> impl Future<Output = Result<Option<String>, OperatorError>> + Send;
+    fn fetch<S: Store>(
+        &self,
+        store: &S,
+    ) -> impl Future<Output = Result<Option<Self>, OperatorError>> + Send
+    where
+        Self: Sized;
+}
+
+impl Owned for AnticompactionJob {
+    fn status_of(&self) -> Option<&JobStatus> {
+        self.status.as_ref()
+    }
+    fn write_status<S: Store>(
+        &self,
+        store: &S,
+        st: &JobStatus,
+        expect: Option<&str>,
+    ) -> impl Future<Output = Result<Option<String>, OperatorError>> + Send {
+        store.patch_status(self, st, expect)
+    }
+    fn fetch<S: Store>(
+        &self,
+        store: &S,
+    ) -> impl Future<Output = Result<Option<Self>, OperatorError>> + Send {
+        store.get(self)
+    }
+}
+
+impl Owned for RangeStream {
+    fn status_of(&self) -> Option<&JobStatus> {
+        self.status.as_ref()
+    }
+    fn write_status<S: Store>(
+        &self,
+        store: &S,
+        st: &JobStatus,
+        expect: Option<&str>,
+    ) -> impl Future<Output = Result<Option<String>, OperatorError>> + Send {
+        store.patch_stream_status(self, st, expect)
+    }
+    fn fetch<S: Store>(
+        &self,
+        store: &S,
+    ) -> impl Future<Output = Result<Option<Self>, OperatorError>> + Send {
+        store.get_stream(self)
+    }
 }
 
 /// The jobs running on this sidecar: a cancel flag each and the tables they hold.
@@ -148,7 +213,7 @@ impl Runs {
 
     /// Registers a run unless a limit holds it back; one lock, so two reconciles cannot
     /// both take the last slot or the same table.
-    fn try_start(
+    pub(super) fn try_start(
         &self,
         key: &str,
         tables: TableClaim,
@@ -157,7 +222,10 @@ impl Runs {
         let mut m = self.lock();
         if let Some((other, e)) = m.iter().find(|(_, e)| e.tables.conflicts(&tables)) {
             return Err(Blocked::TableBusy {
-                other: other.trim_start_matches("AnticompactionJob/").to_string(),
+                other: other
+                    .split_once('/')
+                    .map_or(other.as_str(), |(_, o)| o)
+                    .to_string(),
                 tables: e.tables.describe(),
             });
         }
@@ -175,7 +243,7 @@ impl Runs {
         Ok(cancel)
     }
 
-    fn finish(&self, key: &str) {
+    pub(super) fn finish(&self, key: &str) {
         self.lock().remove(key);
     }
 
@@ -235,6 +303,8 @@ pub struct Ctx<S: Store> {
     pub limits: NodeLimits,
     /// Heartbeat period of a running job (a third of the lease).
     pub heartbeat: Duration,
+    /// How this sidecar reaches receivers as a RangeStream's source.
+    pub stream: super::stream::StreamClient,
 }
 
 impl<S: Store> Ctx<S> {
@@ -251,6 +321,7 @@ impl<S: Store> Ctx<S> {
             runs: Runs::default(),
             limits: NodeLimits::default(),
             heartbeat: decide::LEASE / 3,
+            stream: Default::default(),
         }
     }
 }
@@ -388,7 +459,7 @@ async fn apply<S: Store>(
             );
             warn!(%reason, detail = %message, "job rejected");
             ctx.store.patch_status(job, &t.status, None).await?;
-            record(ctx, job, key, &t.status, t.note.as_ref()).await;
+            record(ctx, &**job, key, &t.status, t.note.as_ref()).await;
             Ok(Action::await_change())
         }
         Next::Run => start(job, ctx, key).await,
@@ -396,20 +467,33 @@ async fn apply<S: Store>(
 }
 
 /// Writes what a transition produced to the metrics and publishes its Event.
-async fn record<S: Store>(
+pub(super) async fn record<S: Store, K: Resource<DynamicType = ()> + Sync>(
     ctx: &Ctx<S>,
-    job: &AnticompactionJob,
+    obj: &K,
     key: &str,
     st: &JobStatus,
     note: Option<&Note>,
 ) {
-    observe_phase(ctx, JOB, key, st.phase);
+    let kind = kind_of::<K>();
+    observe_phase(ctx, kind, key, st.phase);
     if st.phase == Some(Phase::Failed) {
         let reason = st.reason.as_deref().unwrap_or("Unknown");
-        ctx.metrics.failures.with_label_values(&[JOB, reason]).inc();
+        ctx.metrics
+            .failures
+            .with_label_values(&[kind, reason])
+            .inc();
     }
     if let Some(n) = note {
-        ctx.store.event(job, n).await;
+        ctx.store.event(obj, n).await;
+    }
+}
+
+/// The kind's name as the metrics' `kind` label.
+pub fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
+    if K::kind(&()) == STREAM {
+        STREAM
+    } else {
+        JOB
     }
 }
 
@@ -442,7 +526,7 @@ async fn start<S: Store>(
             if t.note.is_some() {
                 info!(reason = blocked.reason(), detail = %message, "job waits");
                 ctx.store.patch_status(job, &t.status, None).await?;
-                record(ctx, job, key, &t.status, t.note.as_ref()).await;
+                record(ctx, &**job, key, &t.status, t.note.as_ref()).await;
             }
             return Ok(Action::requeue(Duration::from_secs(3)));
         }
@@ -472,7 +556,7 @@ async fn start<S: Store>(
         }
     };
     info!(identity = %ctx.identity, "lease taken");
-    record(ctx, job, key, &t.status, t.note.as_ref()).await;
+    record(ctx, &**job, key, &t.status, t.note.as_ref()).await;
     let span = tracing::Span::current();
     let (job, ctx2, key2) = (job.clone(), ctx.clone(), key.to_string());
     tokio::spawn(
@@ -486,40 +570,38 @@ async fn start<S: Store>(
 }
 
 /// Status writes of one run, each conditional on the previous one's resourceVersion.
-struct Lease<'a, S: Store> {
-    ctx: &'a Ctx<S>,
-    job: &'a AnticompactionJob,
-    rv: Option<String>,
-    lost: bool,
+pub(super) struct Lease<'a, S: Store, K: Owned> {
+    pub ctx: &'a Ctx<S>,
+    pub job: &'a K,
+    pub rv: Option<String>,
+    pub lost: bool,
 }
 
-impl<S: Store> Lease<'_, S> {
-    async fn write(&mut self, st: &JobStatus) {
+impl<S: Store, K: Owned> Lease<'_, S, K> {
+    pub async fn write(&mut self, st: &JobStatus) {
         if self.lost {
             return;
         }
         for _ in 0..3 {
             match self
-                .ctx
-                .store
-                .patch_status(self.job, st, self.rv.as_deref())
+                .job
+                .write_status(&self.ctx.store, st, self.rv.as_deref())
                 .await
             {
                 Ok(rv) => {
                     self.rv = rv;
                     return;
                 }
-                Err(e) if e.is_conflict() => match self.ctx.store.get(self.job).await {
+                Err(e) if e.is_conflict() => match self.job.fetch(&self.ctx.store).await {
                     Ok(Some(fresh))
                         if fresh
-                            .status
-                            .as_ref()
+                            .status_of()
                             .and_then(|s| s.worker.as_ref())
                             .is_some_and(|w| w.identity == self.ctx.identity) =>
                     {
                         // Someone else changed the object (a condition of another field
                         // manager, a label) but the lease is still ours.
-                        self.rv = fresh.resource_version();
+                        self.rv = fresh.meta().resource_version.clone();
                     }
                     Ok(_) => {
                         warn!("lease lost: another worker holds the job; stopping after the current sstable");
@@ -557,7 +639,7 @@ async fn run<S: Store>(
     let ns = job.namespace().unwrap_or_default();
     let mut lease = Lease {
         ctx,
-        job,
+        job: &**job,
         rv,
         lost: false,
     };
@@ -681,7 +763,7 @@ async fn run<S: Store>(
         Ok(o) => info!(outcome = ?o, elapsed = ?started.elapsed(), "job ended"),
     }
     lease.write(&t.status).await;
-    record(ctx, job, key, &t.status, t.note.as_ref()).await;
+    record(ctx, &**job, key, &t.status, t.note.as_ref()).await;
 }
 
 fn count_sstable(
@@ -710,110 +792,45 @@ fn count_sstable(
     }
 }
 
-/// Reconciles one RangeStream: validated here; the streaming engine takes accepted ones.
+/// Reconciles one RangeStream on its source node: decide (validation, the lease) →
+/// apply (fail, wait, or claim and spawn the sender, `stream.rs`) → record.
 #[instrument(skip_all, fields(kind = STREAM, namespace = s.metadata.namespace.as_deref().unwrap_or_default(), name = s.metadata.name.as_deref().unwrap_or_default()))]
 pub async fn reconcile_stream<S: Store>(
     s: Arc<RangeStream>,
     ctx: Arc<Ctx<S>>,
 ) -> Result<Action, OperatorError> {
-    if s.spec.source_node != ctx.node {
-        return Ok(Action::await_change());
-    }
     let timer = ctx
         .metrics
         .reconcile_duration
         .with_label_values(&[STREAM])
         .start_timer();
     let key = key_of(&*s);
-    let generation = s.metadata.generation;
-    let st = s.status.clone().unwrap_or_default();
-    observe_phase(&ctx, STREAM, &key, Some(status::phase(Some(&st))));
-    // RangeStream engine hook (issue 10): an accepted stream of this generation is handed
-    // to the stream engine here; it returns the Action and writes status through
-    // `status::next` like the job runner does.
-    if st.observed_generation == generation && st.phase.is_some() {
-        return Ok(Action::await_change());
-    }
-    let problem = validate_stream(&s.spec);
-    let ev = match &problem {
-        Some((reason, message)) => Event::Rejected { reason, message },
-        None => Event::StreamAccepted,
+    let next = if ctx.runs.is_running(&key) {
+        Next::Wait(Duration::from_secs(60))
+    } else {
+        let st = s.status.as_ref();
+        decide::decide_stream(&s.spec, st, &ctx.node, &ctx.identity, now())
     };
-    let t = status::next(&st, ev, generation, now());
-    let r = ctx.store.patch_stream_status(&s, &t.status).await;
+    if next != Next::Ignore {
+        observe_phase(&ctx, STREAM, &key, Some(status::phase(s.status.as_ref())));
+    }
+    let result = super::stream::apply(&s, &ctx, &key, next).await;
     timer.observe_duration();
-    if let Err(e) = &r {
+    if let Err(e) = &result {
+        let labels = [STREAM, e.label()];
         ctx.metrics
             .reconcile_errors
-            .with_label_values(&[STREAM, e.label()])
+            .with_label_values(&labels)
             .inc();
     }
-    r?;
-    observe_phase(&ctx, STREAM, &key, t.status.phase);
-    if let Some((reason, _)) = &problem {
-        ctx.metrics
-            .failures
-            .with_label_values(&[STREAM, reason])
-            .inc();
-    }
-    if let Some(n) = &t.note {
-        ctx.store.event(&*s, n).await;
-    }
-    Ok(Action::await_change())
+    result
 }
 
-fn validate_stream(spec: &super::crd::RangeStreamSpec) -> Option<(String, String)> {
-    if spec.source_node.is_empty() || spec.destination.node_name.is_empty() {
-        return Some((
-            "InvalidSpec".into(),
-            "spec.sourceNode and spec.destination.nodeName are required".into(),
-        ));
-    }
-    if spec.source_node == spec.destination.node_name {
-        return Some((
-            "InvalidSpec".into(),
-            "spec.destination.nodeName is the source node".into(),
-        ));
-    }
-    if spec.destination.endpoint.is_none() && spec.destination.service.is_none() {
-        return Some((
-            "InvalidSpec".into(),
-            "spec.destination needs an endpoint or a service".into(),
-        ));
-    }
-    if let Some(e) = &spec.destination.endpoint {
-        if e.rsplit_once(':')
-            .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
-        {
-            return Some((
-                "InvalidSpec".into(),
-                format!("spec.destination.endpoint {e:?} is not host:port"),
-            ));
-        }
-    }
-    if spec.ranges.is_empty() {
-        return Some(("InvalidSpec".into(), "spec.ranges is empty".into()));
-    }
-    if spec.keyspace.is_empty() {
-        return Some(("InvalidSpec".into(), "spec.keyspace is empty".into()));
-    }
-    for (i, r) in spec.ranges.iter().enumerate() {
-        // The partitioner is the sstables'; a token must parse for at least one.
-        let ok = [
-            crate::sstable::Partitioner::Murmur3,
-            crate::sstable::Partitioner::Random,
-            crate::sstable::Partitioner::ByteOrdered,
-        ]
-        .iter()
-        .any(|p| p.parse_token(&r.start).is_ok() && p.parse_token(&r.end).is_ok());
-        if !ok {
-            return Some((
-                "InvalidRange".into(),
-                format!("spec.ranges[{i}]: ({}, {}] are not tokens", r.start, r.end),
-            ));
-        }
-    }
-    None
+/// Forgets a deleted stream: its phase and per-stream series.
+pub fn forget_stream<S: Store>(ctx: &Ctx<S>, s: &RangeStream) {
+    observe_phase(ctx, STREAM, &key_of(s), None);
+    let ns = s.namespace().unwrap_or_default();
+    ctx.metrics.forget(STREAM, &ns, &s.name_any());
 }
 
 pub fn shutdown_requested<S: Store>(ctx: &Ctx<S>) -> bool {

@@ -18,7 +18,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::crd::{Condition, JobStatus, Progress, SSTableResult, Worker};
+use super::crd::{Condition, JobStatus, Progress, SSTableResult, StreamStatus, Worker};
 
 /// `status.phase`: Pending → Running → Complete, Failed, or Planned (a dry run).
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
@@ -79,6 +79,22 @@ pub enum Event<'a> {
     Failed { reason: &'a str, message: &'a str },
     /// A RangeStream's spec is valid; it waits for the streaming engine.
     StreamAccepted,
+    /// A RangeStream's sender recorded more bytes or verdicts (it owns `stream` and
+    /// `progress`).
+    StreamProgress {
+        identity: &'a str,
+        stream: &'a StreamStatus,
+        progress: &'a Progress,
+    },
+    /// An attempt failed with a retryable reason (the receiver unreachable, killed, busy
+    /// with 5xx); the sender waits and tries again: condition `Retrying` says why and when.
+    Retrying {
+        identity: &'a str,
+        reason: &'a str,
+        message: &'a str,
+    },
+    /// A retried child went through: `Retrying` turns False.
+    Recovered { identity: &'a str },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +166,15 @@ pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64
                 &mut st.conditions,
                 "Failed",
                 true,
+                reason,
+                message,
+                generation,
+                &t,
+            );
+            set_condition(
+                &mut st.conditions,
+                "Retrying",
+                false,
                 reason,
                 message,
                 generation,
@@ -250,10 +275,16 @@ pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64
                 (Phase::Complete, "Complete", "Completed")
             };
             let p = &st.progress;
-            let message = format!(
-                "{} sstables, {} partitions: {} bytes shared, {} copied, {} re-encoded",
-                p.sstables_done, p.partitions, p.bytes_shared, p.bytes_copied, p.bytes_reencoded
-            );
+            let message = match &st.stream {
+                Some(s) => format!(
+                    "{} children of {} sstables, {} partitions: {} of {} bytes at the receiver, {} retries",
+                    s.children_done, p.sstables_done, p.partitions, s.bytes_sent, s.bytes_total, s.retries
+                ),
+                None => format!(
+                    "{} sstables, {} partitions: {} bytes shared, {} copied, {} re-encoded",
+                    p.sstables_done, p.partitions, p.bytes_shared, p.bytes_copied, p.bytes_reencoded
+                ),
+            };
             st.phase = Some(phase);
             st.reason = Some(reason.into());
             st.message = Some(message.clone());
@@ -314,6 +345,71 @@ pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64
             );
             note(EventType::Normal, "Accepted", "spec validated")
         }
+        Event::StreamProgress {
+            identity,
+            stream,
+            progress,
+        } => {
+            st.stream = Some(stream.clone());
+            st.progress = progress.clone();
+            st.worker = Some(Worker {
+                identity: identity.into(),
+                heartbeat_time: t.clone(),
+            });
+            None
+        }
+        Event::Retrying {
+            identity,
+            reason,
+            message,
+        } => {
+            st.worker = Some(Worker {
+                identity: identity.into(),
+                heartbeat_time: t.clone(),
+            });
+            set_condition(
+                &mut st.conditions,
+                "Retrying",
+                true,
+                reason,
+                message,
+                generation,
+                &t,
+            );
+            note(
+                EventType::Warning,
+                "Retrying",
+                &format!("{reason}: {message}"),
+            )
+        }
+        Event::Recovered { identity } => {
+            st.worker = Some(Worker {
+                identity: identity.into(),
+                heartbeat_time: t.clone(),
+            });
+            let was = st
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Retrying" && c.status == "True");
+            if was {
+                set_condition(
+                    &mut st.conditions,
+                    "Retrying",
+                    false,
+                    "Recovered",
+                    "the receiver answered again; the transfer resumed from its durable offsets",
+                    generation,
+                    &t,
+                );
+                note(
+                    EventType::Normal,
+                    "Recovered",
+                    "the receiver answered again",
+                )
+            } else {
+                None
+            }
+        }
     };
     Transition { status: st, note }
 }
@@ -342,8 +438,8 @@ pub fn set_condition(
             c.message = message.into();
             c.observed_generation = generation;
         }
-        None if !status && type_ == "Waiting" => {
-            // A job that never waited gets no Waiting=False condition.
+        None if !status && (type_ == "Waiting" || type_ == "Retrying") => {
+            // A job that never waited (a stream that never retried) gets no False condition.
         }
         None => conds.push(Condition {
             type_: type_.into(),

@@ -550,3 +550,25 @@ pub async fn send_child(
         }
     }
 }
+
+/// Cancels a transfer on the receiver (`DELETE /v1/transfers/<id>`): its staging is
+/// removed; a child it already published stays (the destination's data now). A receiver
+/// that never saw the id answers 404, which is success here: nothing is staged.
+/// (Added for the RangeStream reconciler's finalizer, src/operator/stream.rs.)
+pub async fn cancel_transfer(ep: &Endpoint, id: &str) -> Result<(), StreamError> {
+    manifest::check_id("transfer", id)?;
+    let mut conn = connect(ep).await?;
+    match call::<serde_json::Value>(
+        &mut conn,
+        ep,
+        Method::DELETE,
+        &format!("/v1/transfers/{id}"),
+        &[],
+        small_body(Vec::new()),
+    )
+    .await
+    {
+        Ok(_) | Err(StreamError::Remote { status: 404, .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -16,6 +16,8 @@ struct Fake {
     jobs: Mutex<HashMap<String, AnticompactionJob>>,
     writes: Mutex<Vec<JobStatus>>,
     events: Mutex<Vec<Note>>,
+    streams: Mutex<HashMap<String, RangeStream>>,
+    stream_writes: Mutex<Vec<JobStatus>>,
 }
 
 impl Fake {
@@ -75,10 +77,31 @@ impl Store for Arc<Fake> {
     }
     async fn patch_stream_status(
         &self,
-        _s: &RangeStream,
-        _st: &JobStatus,
-    ) -> Result<(), OperatorError> {
-        Ok(())
+        s: &RangeStream,
+        st: &JobStatus,
+        expect: Option<&str>,
+    ) -> Result<Option<String>, OperatorError> {
+        let mut m = self.streams.lock().unwrap();
+        let x = m
+            .get_mut(&s.name_any())
+            .ok_or(OperatorError::Store("gone".into()))?;
+        if expect.is_some() && expect != x.metadata.resource_version.as_deref() {
+            return Err(conflict());
+        }
+        let rv: u64 = x
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or("0")
+            .parse()
+            .unwrap();
+        x.metadata.resource_version = Some((rv + 1).to_string());
+        x.status = Some(st.clone());
+        self.stream_writes.lock().unwrap().push(st.clone());
+        Ok(x.metadata.resource_version.clone())
+    }
+    async fn get_stream(&self, s: &RangeStream) -> Result<Option<RangeStream>, OperatorError> {
+        Ok(self.streams.lock().unwrap().get(&s.name_any()).cloned())
     }
     async fn delete(&self, job: &AnticompactionJob) -> Result<(), OperatorError> {
         self.jobs.lock().unwrap().remove(&job.name_any());
@@ -382,4 +405,361 @@ async fn a_lease_taken_over_mid_run_stops_the_writes() {
         theirs,
         "their status is not overwritten"
     );
+}
+
+// ---- RangeStreams: the sender against a real receiver on loopback, in process ----
+
+use std::path::Path;
+
+use crate::operator::crd::{Destination, RangeStreamSpec};
+use crate::operator::stream::StreamClient;
+
+struct StreamFixture {
+    _tmp: tempfile::TempDir,
+    data: PathBuf,
+    staging: PathBuf,
+    port: u16,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// A generated Murmur3 table `ks.t` and a receiver (token `tok`) on a free loopback port.
+async fn stream_fixture(size: u64) -> StreamFixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let table = data.join("ks/t-0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(&table).unwrap();
+    crate::gen::generate(
+        &crate::gen::GenOptions {
+            out: table.clone(),
+            size,
+            partition_size: 16 << 10,
+            row_size: 1 << 10,
+            version: crate::sstable::Version::parse("nb").unwrap(),
+            content: crate::gen::Content::Compressible,
+            chunk_length: Some(16 << 10),
+            partitioner: crate::sstable::Partitioner::Murmur3,
+            generation: 1,
+            seed: 7,
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    let _ = std::fs::remove_file(table.join("schema.cql"));
+    let staging = tmp.path().join("staging");
+    let receiver = Arc::new(
+        crate::stream::receive::Receiver::new(
+            crate::stream::receive::ReceiverConfig {
+                staging: staging.clone(),
+                data_dir: None,
+                token: Some("tok".into()),
+                allow_tables: vec![],
+                max_transfers: 2,
+                min_free_percent: 0.0,
+                import_command: None,
+                retry_after_secs: 1,
+                idle_timeout: Duration::from_secs(60),
+            },
+            crate::stream::metrics::StreamMetrics::unregistered(),
+        )
+        .unwrap(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, mut rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(crate::stream::listen::serve(
+        listener,
+        None,
+        receiver,
+        async move {
+            let _ = rx.wait_for(|v| *v).await;
+        },
+    ));
+    StreamFixture {
+        _tmp: tmp,
+        data,
+        staging,
+        port,
+        stop,
+    }
+}
+
+fn stream_ctx(fake: &Arc<Fake>, data: &Path, retries: u32) -> Arc<Ctx<Arc<Fake>>> {
+    let mut c = Ctx::new(
+        fake.clone(),
+        "n1",
+        data.to_path_buf(),
+        Metrics::new().unwrap(),
+    );
+    c.stream = StreamClient {
+        token: Some("tok".into()),
+        tls: None,
+        insecure_plaintext: true,
+        retries,
+        backoff: Duration::from_millis(50),
+        service_port: 7070,
+    };
+    c.heartbeat = Duration::from_millis(300);
+    Arc::new(c)
+}
+
+fn range_stream(name: &str, endpoint: &str, rate: Option<u64>) -> RangeStream {
+    let mut s = RangeStream::new(
+        name,
+        RangeStreamSpec {
+            source_node: "n1".into(),
+            destination: Destination {
+                node_name: "n2".into(),
+                endpoint: Some(endpoint.into()),
+                service: None,
+            },
+            keyspace: "ks".into(),
+            tables: vec!["t".into()],
+            ranges: vec![
+                TokenRange {
+                    start: "-9000000000000000000".into(),
+                    end: "-3000000000000000000".into(),
+                },
+                TokenRange {
+                    start: "1000000000000000000".into(),
+                    end: "4000000000000000000".into(),
+                },
+            ],
+            layout: Default::default(),
+            max_bytes_per_second: rate,
+            import: Default::default(),
+        },
+    );
+    s.metadata.namespace = Some("default".into());
+    s.metadata.resource_version = Some("1".into());
+    s.metadata.generation = Some(1);
+    s.metadata.uid = Some("6f1c1c2e-0000-4000-8000-00000000beef".into());
+    s
+}
+
+impl Fake {
+    fn put_stream(&self, s: &RangeStream) {
+        self.streams.lock().unwrap().insert(s.name_any(), s.clone());
+    }
+    fn stream(&self, name: &str) -> RangeStream {
+        self.streams.lock().unwrap()[name].clone()
+    }
+}
+
+async fn wait_stream(fake: &Fake, name: &str, p: Phase, secs: u64) -> JobStatus {
+    for _ in 0..secs * 20 {
+        if let Some(st) = fake.stream(name).status.filter(|s| s.phase == Some(p)) {
+            return st;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{name} never reached {p:?}: {:?}", fake.stream(name).status);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_sends_its_range_children_records_verdicts_and_a_replay_publishes_nothing() {
+    let f = stream_fixture(4 << 20).await;
+    let fake = Arc::new(Fake::default());
+    let ctx = stream_ctx(&fake, &f.data, 2);
+    let s = range_stream("s", &format!("127.0.0.1:{}", f.port), None);
+    fake.put_stream(&s);
+    let before = snapshot(&f.data);
+    let action = reconcile_stream(Arc::new(s.clone()), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        action,
+        Action::await_change(),
+        "the reconcile does not run the send"
+    );
+    let st = wait_stream(&fake, "s", Phase::Complete, 60).await;
+    let x = st.stream.clone().unwrap();
+    assert_eq!(x.destination, format!("127.0.0.1:{}", f.port));
+    assert_eq!(
+        x.children_total, 2,
+        "two disjoint ranges, two children: {x:?}"
+    );
+    assert_eq!(x.children_done, 2);
+    assert!(x.bytes_total > 0);
+    assert_eq!(x.bytes_sent, x.bytes_total);
+    assert!(x.current_transfer.is_none() && x.current_sstable.is_none());
+    assert_eq!(x.results.len(), 1);
+    let r = &x.results[0];
+    let sum: u64 = r.children.iter().map(|c| c.partitions).sum();
+    assert_eq!(sum, r.partitions_in_ranges);
+    assert!(r.partitions_in_ranges > 0 && r.partitions_in_ranges < r.partitions);
+    for c in &r.children {
+        assert!(c.ok && !c.replayed && c.chunks_checked > 0, "{c:?}");
+        assert!(c
+            .transfer
+            .starts_with("6f1c1c2e-0000-4000-8000-00000000beef.t.nb-1.c"));
+        assert!(
+            c.published.starts_with(f.staging.to_str().unwrap()),
+            "{c:?}"
+        );
+        assert!(Path::new(&c.published).is_file());
+    }
+    assert_eq!(st.progress.summary, "2/2 children");
+    assert!(st.worker.is_none());
+    let reasons = fake.reasons();
+    assert_eq!(reasons, ["Started", "Completed"], "{reasons:?}");
+    assert_eq!(snapshot(&f.data), before, "source unchanged");
+    let m = ctx.metrics.render();
+    let sent = format!(
+        "cleave_stream_sent_bytes{{name=\"s\",namespace=\"default\"}} {}",
+        x.bytes_total
+    );
+    assert!(m.contains(&sent), "{m}");
+    assert!(
+        m.contains("cleave_stream_bytes_total{side=\"send\",what=\"sent\"}"),
+        "{m}"
+    );
+    // The same stream again from scratch (status lost): the receiver recognises every
+    // transfer id and publishes nothing a second time.
+    assert!(ctx.runs.wait_idle(Duration::from_secs(5)).await);
+    let mut again = s.clone();
+    again.metadata.resource_version = fake.stream("s").metadata.resource_version.clone();
+    again.status = None;
+    fake.put_stream(&again);
+    reconcile_stream(Arc::new(again), ctx.clone())
+        .await
+        .unwrap();
+    let st2 = wait_stream(&fake, "s", Phase::Complete, 60).await;
+    let r2 = &st2.stream.as_ref().unwrap().results[0];
+    assert!(
+        r2.children.iter().all(|c| c.replayed && c.bytes_sent == 0),
+        "{r2:?}"
+    );
+    let published: Vec<_> = walk(&f.staging)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with("-Data.db"))
+        .collect();
+    assert_eq!(published.len(), 2, "no second child: {published:?}");
+    // Deleting the stream forgets its series.
+    forget_stream(&ctx, &s);
+    assert!(!ctx.metrics.render().contains("cleave_stream_sent_bytes{"));
+    let _ = f.stop.send(true);
+}
+
+fn snapshot(d: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    walk(d)
+        .into_iter()
+        .map(|p| {
+            let b = std::fs::read(&p).unwrap();
+            (p, b)
+        })
+        .collect()
+}
+
+fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![d.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_receiver_is_retried_visibly_then_the_stream_fails_unreachable() {
+    let f = stream_fixture(1 << 20).await;
+    let fake = Arc::new(Fake::default());
+    let ctx = stream_ctx(&fake, &f.data, 2);
+    // Nothing listens there.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let s = range_stream("u", &format!("127.0.0.1:{port}"), None);
+    fake.put_stream(&s);
+    reconcile_stream(Arc::new(s), ctx.clone()).await.unwrap();
+    let st = wait_stream(&fake, "u", Phase::Failed, 30).await;
+    assert_eq!(st.reason.as_deref(), Some("Unreachable"));
+    assert!(
+        st.message.as_deref().unwrap().contains("after 3 attempts"),
+        "{st:?}"
+    );
+    assert_eq!(st.stream.as_ref().unwrap().retries, 2);
+    let retrying = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Retrying")
+        .unwrap();
+    assert_eq!(retrying.status, "False", "ended: {retrying:?}");
+    // Every retry was visible while it waited: a Retrying=True write with its reason.
+    let writes = fake.stream_writes.lock().unwrap().clone();
+    let visible = writes
+        .iter()
+        .filter(|w| {
+            w.conditions
+                .iter()
+                .any(|c| c.type_ == "Retrying" && c.status == "True" && c.reason == "Unreachable")
+        })
+        .count();
+    assert!(visible >= 2, "{writes:?}");
+    assert_eq!(
+        fake.reasons(),
+        ["Started", "Retrying", "Retrying", "Unreachable"]
+    );
+    let m = ctx.metrics.render();
+    assert!(
+        m.contains("cleave_stream_retries_total{name=\"u\",namespace=\"default\"} 2"),
+        "{m}"
+    );
+    assert!(
+        m.contains("cleave_job_failures_total{kind=\"RangeStream\",reason=\"Unreachable\"} 1"),
+        "{m}"
+    );
+    let _ = f.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_stream_stops_mid_send_and_the_receiver_drops_its_staging() {
+    let f = stream_fixture(8 << 20).await;
+    let fake = Arc::new(Fake::default());
+    let ctx = stream_ctx(&fake, &f.data, 2);
+    // 512 KiB/s: the first child takes seconds.
+    let s = range_stream("c", &format!("127.0.0.1:{}", f.port), Some(512 << 10));
+    fake.put_stream(&s);
+    reconcile_stream(Arc::new(s.clone()), ctx.clone())
+        .await
+        .unwrap();
+    let key = key_of(&s);
+    // Wait until the receiver stages the first transfer.
+    let transfers = f.staging.join("transfers");
+    for _ in 0..100 {
+        if walk(&transfers)
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with(".offset"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        walk(&transfers)
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with(".offset")),
+        "nothing staged: {:?}",
+        walk(&f.staging)
+    );
+    // What the finalizer does on deletion.
+    assert!(ctx.runs.cancel(&key));
+    assert!(ctx.runs.wait_stopped(&key, Duration::from_secs(20)).await);
+    let left: Vec<_> = std::fs::read_dir(&transfers).unwrap().flatten().collect();
+    assert!(left.is_empty(), "staging kept: {:?}", walk(&transfers));
+    assert!(
+        !walk(&f.staging)
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with("-Data.db")),
+        "nothing published"
+    );
+    let _ = f.stop.send(true);
 }
