@@ -726,20 +726,20 @@ fn a_full_receiver_disk_is_insufficient_space_before_a_byte() {
     assert!(files_under(&recv.staging.join("transfers")).is_empty());
 }
 
-/// A TCP proxy that forwards to `to` and cuts the first connection after `cut` bytes
-/// from the client; later connections pass through.
+/// A TCP proxy that forwards to `to` and cuts the first connection that carries `cut`
+/// bytes from the client (the sender opens one connection per file body on plaintext);
+/// after that cut every connection passes through.
 fn cutting_proxy(to: u16, cut: u64) -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     std::thread::spawn(move || {
-        let mut first = true;
         for c in l.incoming() {
             let Ok(client) = c else { return };
             let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", to)) else {
                 return;
             };
-            let limit = if first { Some(cut) } else { None };
-            first = false;
+            let done = done.clone();
             let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
             std::thread::spawn(move || {
                 let _ = std::io::copy(&mut s2, &mut c2);
@@ -753,8 +753,10 @@ fn cutting_proxy(to: u16, cut: u64) -> u16 {
                         Ok(0) | Err(_) => break,
                         Ok(n) => n,
                     };
-                    let n = match limit {
-                        Some(l) if n_total + n as u64 >= l => {
+                    let n = match cut {
+                        l if n_total + n as u64 >= l
+                            && !done.swap(true, std::sync::atomic::Ordering::SeqCst) =>
+                        {
                             let k = (l - n_total) as usize;
                             let _ = (&server).write_all(&buf[..k]);
                             let _ = server.shutdown(std::net::Shutdown::Both);

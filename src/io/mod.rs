@@ -13,4 +13,5 @@ pub mod loopfs;
 pub mod proc;
 pub mod reflink;
 pub mod residency;
+pub mod splice;
 pub mod throttle;

@@ -6,12 +6,14 @@
 //! - `receive`: the receiver (staging, resume points, commit: check, publish, verdict).
 //! - `listen`: the TCP/TLS accept loop serving the receiver (`cleave stream serve`).
 //! - `send`: the sender (manifest, bodies from the parent file, retries, resume).
+//! - `plain`: the sender's plaintext body path, file ranges by sendfile (zero-copy).
 //! - `tls`: rustls configurations from PEM files.
 #![deny(clippy::unwrap_used)]
 
 pub mod listen;
 pub mod manifest;
 pub mod metrics;
+mod plain;
 pub mod plan;
 pub mod receive;
 pub mod send;

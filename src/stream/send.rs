@@ -14,6 +14,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,13 +28,14 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::manifest::{self, FileEntry, Import, Manifest};
 use super::metrics::StreamMetrics;
+use super::plain;
 use super::{reason_named, ErrorBody, StreamError, TransferState, Verdict, OFFSET_HEADER};
 use crate::io::throttle::TokenBucket;
 use crate::reason::Reason;
 use crate::sstable::{Component, SSTable};
 
 const FRAME: usize = 1 << 20;
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// 429 answers honoured before giving up (with the default Retry-After of 5 s: an hour).
 const MAX_BUSY_WAITS: u32 = 720;
@@ -210,6 +212,9 @@ pub struct SendReport {
     /// Body bytes handed to the connection (a cut loses what was in flight).
     pub bytes_sent: u64,
     pub bytes_total: u64,
+    /// Of `bytes_sent`, the bytes that went from a source file to the socket by
+    /// `sendfile` (plaintext only; 0 over TLS).
+    pub bytes_zero_copy: u64,
     /// (component, offset) of every body that started past zero.
     pub resumed: Vec<(String, u64)>,
     pub attempts: u32,
@@ -295,8 +300,18 @@ async fn call<T: serde::de::DeserializeOwned>(
         .await
         .map_err(|e| StreamError::Unreachable(format!("{path} answer from {}: {e}", ep.addr)))?
         .to_bytes();
+    decode(status, retry_after, &bytes, path)
+}
+
+/// A 2xx JSON answer decoded, or the receiver's error (`ErrorBody`) as `Remote`.
+fn decode<T: serde::de::DeserializeOwned>(
+    status: u16,
+    retry_after: Option<u64>,
+    bytes: &[u8],
+    path: &str,
+) -> Result<T, StreamError> {
     if (200..300).contains(&status) {
-        return serde_json::from_slice(&bytes).map_err(|e| StreamError::Remote {
+        return serde_json::from_slice(bytes).map_err(|e| StreamError::Remote {
             status,
             reason: Reason::InvalidRequest,
             message: format!("undecodable answer to {path}: {e}"),
@@ -304,7 +319,7 @@ async fn call<T: serde::de::DeserializeOwned>(
             offset: None,
         });
     }
-    let (reason, message, offset) = match serde_json::from_slice::<ErrorBody>(&bytes) {
+    let (reason, message, offset) = match serde_json::from_slice::<ErrorBody>(bytes) {
         Ok(e) => (
             reason_named(&e.error.reason).unwrap_or(Reason::InvalidRequest),
             e.error.message,
@@ -316,7 +331,7 @@ async fn call<T: serde::de::DeserializeOwned>(
             } else {
                 Reason::InvalidRequest
             },
-            String::from_utf8_lossy(&bytes).chars().take(500).collect(),
+            String::from_utf8_lossy(bytes).chars().take(500).collect(),
             None,
         ),
     };
@@ -327,6 +342,47 @@ async fn call<T: serde::de::DeserializeOwned>(
         retry_after_secs: retry_after,
         offset,
     })
+}
+
+/// Sets its flag when dropped: a cancelled sending future stops its blocking thread.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A file body on a plaintext connection: by hand, its file ranges by sendfile
+/// (`plain`), on a blocking thread.
+async fn put_plain(
+    ep: &Endpoint,
+    path: String,
+    file: &FileSource,
+    from: u64,
+    opts: &SendOptions,
+) -> Result<(super::FileState, plain::BodyStats), StreamError> {
+    let put = plain::Put {
+        addr: ep.addr.clone(),
+        token: ep.token.clone(),
+        path: path.clone(),
+        from,
+        size: file.size(),
+        segments: file.segments.clone(),
+    };
+    let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
+    let pacing = plain::Pacing {
+        throttle: opts.throttle.clone(),
+        progress: opts.on_progress.clone(),
+        metrics: opts.metrics.clone(),
+        cancelled: cancel.0.clone(),
+    };
+    let (answer, stats) = tokio::task::spawn_blocking(move || plain::put(&put, &pacing))
+        .await
+        .map_err(|e| StreamError::Unreachable(format!("{path}: sending thread: {e}")))??;
+    drop(cancel);
+    let st = decode(answer.status, answer.retry_after, &answer.body, &path)?;
+    Ok((st, stats))
 }
 
 /// A body streaming `file` from `from`, read on a blocking thread.
@@ -421,6 +477,7 @@ async fn attempt(
         report.replayed = true;
         return Ok(v);
     }
+    let mut bypassed = false;
     for f in &child.files {
         let size = f.size();
         let from = st
@@ -436,20 +493,33 @@ async fn attempt(
             opts.metrics.resumes.with_label_values(&["send"]).inc();
         }
         let sent_before = report.bytes_sent;
-        let _: super::FileState = call(
-            &mut conn,
-            ep,
-            Method::PUT,
-            &format!("/v1/transfers/{id}/files/{}", f.component),
-            &[
-                (OFFSET_HEADER, from.to_string()),
-                ("content-length", (size - from).to_string()),
-                ("content-type", "application/octet-stream".into()),
-            ],
-            file_body(f, from, opts),
-        )
-        .await?;
+        let path = format!("/v1/transfers/{id}/files/{}", f.component);
+        let from_file = f.segments.iter().any(|s| matches!(s, Segment::File { .. }));
+        if ep.tls.is_none() && from_file {
+            let (_, stats) = put_plain(ep, path, f, from, opts).await?;
+            report.bytes_zero_copy += stats.zero_copy;
+            bypassed = true;
+        } else {
+            let _: super::FileState = call(
+                &mut conn,
+                ep,
+                Method::PUT,
+                &path,
+                &[
+                    (OFFSET_HEADER, from.to_string()),
+                    ("content-length", (size - from).to_string()),
+                    ("content-type", "application/octet-stream".into()),
+                ],
+                file_body(f, from, opts),
+            )
+            .await?;
+        }
         report.bytes_sent = sent_before + (size - from);
+    }
+    if bypassed {
+        // The receiver closes a kept-alive connection idle for its header timeout (30 s):
+        // after bodies sent on their own connections, commit on a fresh one.
+        conn = connect(ep).await?;
     }
     call(
         &mut conn,
@@ -485,6 +555,7 @@ pub async fn send_child(
         verdict: None,
         bytes_sent: 0,
         bytes_total: child.manifest.total_bytes(),
+        bytes_zero_copy: 0,
         resumed: Vec::new(),
         attempts: 0,
         replayed: false,
