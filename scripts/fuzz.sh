@@ -149,9 +149,21 @@ seed() {
       *-CRC.db) put "$FUZZ/corpus/crc" <"$f" ;;
     esac
   done < <(find "$CORPUS_SRC" -type f -name '*-*' -print0 | sort -z)
+  seed_stream_manifest
   for t in "${TARGETS[@]}"; do
     echo "   $t: $(find "$FUZZ/corpus/$t" -type f | wc -l) corpus file(s)"
   done
+}
+
+# stream_manifest: no file on disk is a manifest, so the seeds are written here, in the
+# shape src/stream/manifest.rs encodes (the target also wraps every input in a valid
+# envelope, so a bare JSON payload reaches the field rules).
+seed_stream_manifest() {
+  local d="$FUZZ/corpus/stream_manifest"
+  mkdir -p "$d"
+  printf '%s' '{"transfer":"3f2a.nb-5.0","group":"move-ks","keyspace":"ks","table":"t_1","version":"nb","import":"None","source":"node-a nb-5-big-Data.db","files":[{"component":"CompressionInfo.db","size":43,"crc32":1},{"component":"Statistics.db","size":4000,"crc32":2},{"component":"Index.db","size":10,"crc32":3},{"component":"Data.db","size":1073741824,"crc32":4}]}' | put "$d"
+  printf '%s' '{"transfer":"u.1.2","group":"g","keyspace":"k","table":"t","version":"ma","import":"Staging","files":[{"component":"CRC.db","size":8,"crc32":0},{"component":"Statistics.db","size":1,"crc32":0},{"component":"Summary.db","size":1,"crc32":0},{"component":"Filter.db","size":1,"crc32":0},{"component":"Index.db","size":1,"crc32":0},{"component":"Data.db","size":0,"crc32":0}]}' | put "$d"
+  printf '%s' '{"transfer":"x","group":"g","keyspace":"k","table":"t","version":"oa","import":"Import","files":[]}' | put "$d"
 }
 
 echo "== seeding fuzz/corpus from $CORPUS_SRC"
@@ -160,7 +172,12 @@ seed
 # --- build and run ----------------------------------------------------------------------
 cd "$FUZZ"
 echo "== building fuzz targets ($(rustc --version), RUSTC_BOOTSTRAP=1)"
+build_start=$(date +%s)
 cargo fuzz build
+echo "   built in $(($(date +%s) - build_start)) s at $(git -C "$ROOT" rev-parse --short HEAD)"
+# The targets run from this one build: `cargo fuzz run` would rebuild whenever the source
+# tree changed in between (and fuzz a different cleave for each target).
+BIN="$FUZZ/target/$(rustc -vV | sed -n 's/^host: //p')/release"
 
 mkdir -p "$FUZZ/artifacts/logs"
 failed=()
@@ -169,14 +186,17 @@ for t in "${TARGETS[@]}"; do
   echo "== $t: ${SECONDS_PER_TARGET}s"
   log="$FUZZ/artifacts/logs/$t.log"
   rc=0
-  cargo fuzz run "$t" -- -max_total_time="$SECONDS_PER_TARGET" -timeout=10 \
-    -print_final_stats=1 >"$log" 2>&1 || rc=$?
+  mkdir -p "$FUZZ/artifacts/$t"
+  before=$(find "$FUZZ/corpus/$t" -type f | wc -l)
+  "$BIN/$t" -artifact_prefix="$FUZZ/artifacts/$t/" -max_total_time="$SECONDS_PER_TARGET" \
+    -timeout=10 -print_final_stats=1 "$FUZZ/corpus/$t" >"$log" 2>&1 || rc=$?
+  after=$(find "$FUZZ/corpus/$t" -type f | wc -l)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1)
   secs=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -n1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n1 || true)
   rate=""
   if [ -n "$execs" ] && [ -n "$secs" ] && [ "$secs" -gt 0 ]; then rate=$((execs / secs)); fi
-  line="$t: rc=$rc execs=${execs:-?} secs=${secs:-?} exec/s=${rate:-?} ${cov}"
+  line="$t: rc=$rc execs=${execs:-?} secs=${secs:-?} exec/s=${rate:-?} corpus=$before->$after ${cov}"
   echo "   $line"
   summary+=("$line")
   if [ "$rc" -ne 0 ]; then

@@ -7,6 +7,10 @@
 #   scripts/k8s-testenv.sh start DIR    start etcd + apiserver + controller-manager; prints DIR/kubeconfig
 #   scripts/k8s-testenv.sh stop DIR     stop what `start DIR` started (TERM, then KILL)
 #   scripts/k8s-testenv.sh status DIR   say which of the three are running, and where
+#   scripts/k8s-testenv.sh stop-one DIR apiserver|etcd [TERM|KILL|INT]
+#                                       stop one of them (fault tests); the others keep running
+#   scripts/k8s-testenv.sh start-one DIR apiserver|etcd
+#                                       start it again with the same ports, keys and data
 #   scripts/k8s-testenv.sh env          print `export PATH=<cache bin>:$PATH` (eval "$(... env)")
 #
 # Environment:
@@ -354,6 +358,32 @@ gen_pki() {
   chmod 600 "$pki"/*.key
 }
 
+# The two processes `start-one` can start again alone, with the same ports and data (etcd's
+# data directory is kept: an existing member ignores the --initial-cluster* flags). Logs append.
+launch_etcd() {
+  local d=$1 etcd_url=http://127.0.0.1:$2 peer_url=http://127.0.0.1:$3
+  "$BIN/etcd" --name default --data-dir "$d/etcd" \
+    --listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
+    --listen-peer-urls "$peer_url" --initial-advertise-peer-urls "$peer_url" \
+    --initial-cluster "default=$peer_url" --initial-cluster-state new \
+    </dev/null >>"$d/etcd.log" 2>&1 &
+  echo $! >"$d/etcd.pid"
+}
+
+launch_apiserver() {
+  local d=$1 api_port=$2 etcd_url=http://127.0.0.1:$3
+  "$BIN/kube-apiserver" --etcd-servers="$etcd_url" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
+    --tls-cert-file="$d/pki/apiserver.crt" --tls-private-key-file="$d/pki/apiserver.key" \
+    --client-ca-file="$d/pki/ca.crt" --token-auth-file="$d/tokens.csv" \
+    --authorization-mode=RBAC --allow-privileged=true \
+    --service-account-issuer=https://kubernetes.default.svc \
+    --service-account-key-file="$d/pki/sa.pub" --service-account-signing-key-file="$d/pki/sa.key" \
+    --service-cluster-ip-range=10.96.0.0/24 --endpoint-reconciler-type=none \
+    </dev/null >>"$d/apiserver.log" 2>&1 &
+  echo $! >"$d/apiserver.pid"
+}
+
 start_once() {
   local d=$1 api_port=$2 etcd_port=$3 peer_port=$4 timeout=$5
   local token ca_b64
@@ -366,26 +396,12 @@ start_once() {
   printf '%s,admin,admin,"system:masters"\n' "$token" >"$d/tokens.csv"
   chmod 600 "$d/tokens.csv"
 
-  local etcd_url=http://127.0.0.1:$etcd_port peer_url=http://127.0.0.1:$peer_port
-  "$BIN/etcd" --name default --data-dir "$d/etcd" \
-    --listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
-    --listen-peer-urls "$peer_url" --initial-advertise-peer-urls "$peer_url" \
-    --initial-cluster "default=$peer_url" --initial-cluster-state new \
-    </dev/null >"$d/etcd.log" 2>&1 &
-  echo $! >"$d/etcd.pid"
+  local etcd_url=http://127.0.0.1:$etcd_port
+  launch_etcd "$d" "$etcd_port" "$peer_port"
   wait_until etcd "$d/etcd.pid" etcd "$timeout" curl -sf "$etcd_url/health" || return 1
 
   local api=https://127.0.0.1:$api_port
-  "$BIN/kube-apiserver" --etcd-servers="$etcd_url" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
-    --tls-cert-file="$d/pki/apiserver.crt" --tls-private-key-file="$d/pki/apiserver.key" \
-    --client-ca-file="$d/pki/ca.crt" --token-auth-file="$d/tokens.csv" \
-    --authorization-mode=RBAC --allow-privileged=true \
-    --service-account-issuer=https://kubernetes.default.svc \
-    --service-account-key-file="$d/pki/sa.pub" --service-account-signing-key-file="$d/pki/sa.key" \
-    --service-cluster-ip-range=10.96.0.0/24 --endpoint-reconciler-type=none \
-    </dev/null >"$d/apiserver.log" 2>&1 &
-  echo $! >"$d/apiserver.pid"
+  launch_apiserver "$d" "$api_port" "$etcd_port"
 
   ca_b64=$(base64 -w0 <"$d/pki/ca.crt")
   cat >"$d/kubeconfig" <<EOF
@@ -490,6 +506,59 @@ cmd_stop() {
   stop_dir "$(cd "$1" && pwd -P)"
 }
 
+# stop-one DIR apiserver|etcd [SIGNAL]: one process of a running cluster (default TERM; KILL
+# for a crash). The others keep running; start-one brings it back on the same ports.
+cmd_stop_one() {
+  [ $# -ge 2 ] && [ $# -le 3 ] || usage
+  local d name=$2 sig=${3:-TERM} bin pid
+  d=$(cd "$1" 2>/dev/null && pwd -P) || die "no such directory: $1"
+  case $name in apiserver) bin=kube-apiserver ;; etcd) bin=etcd ;; *) usage ;; esac
+  case $sig in TERM | KILL | INT) ;; *) die "signal $sig: expected TERM, KILL or INT" ;; esac
+  pid=$(live_pid "$d/$name.pid" "$bin") || die "$name is not running in $d"
+  kill -"$sig" "$pid"
+  local i
+  for i in $(seq 1 200); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "$name (pid $pid) ignored $sig for 10 s: KILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  fi
+  rm -f "$d/$name.pid"
+  log "stopped $name (pid $pid, SIG$sig) in $d"
+}
+
+# start-one DIR apiserver|etcd: start again what stop-one stopped, with the ports, keys and
+# data of testenv.env, and wait until it is ready (etcd /health, apiserver /readyz).
+cmd_start_one() {
+  [ $# -eq 2 ] || usage
+  local d name=$2 bin
+  d=$(cd "$1" 2>/dev/null && pwd -P) || die "no such directory: $1"
+  [ -f "$d/testenv.env" ] || die "no $d/testenv.env: start the cluster first"
+  case $name in apiserver) bin=kube-apiserver ;; etcd) bin=etcd ;; *) usage ;; esac
+  if live_pid "$d/$name.pid" "$bin" >/dev/null; then die "$name is already running in $d"; fi
+  need_installed
+  # shellcheck disable=SC1091
+  . "$d/testenv.env"
+  local timeout=${CLEAVE_K8S_START_TIMEOUT:-90} t0=$SECONDS
+  case $name in
+    etcd)
+      launch_etcd "$d" "$CLEAVE_K8S_ETCD_PORT" "$CLEAVE_K8S_ETCD_PEER_PORT"
+      wait_until etcd "$d/etcd.pid" etcd "$timeout" curl -sf "$CLEAVE_K8S_ETCD/health" ||
+        die "etcd did not come back (log: $d/etcd.log)"
+      ;;
+    apiserver)
+      launch_apiserver "$d" "$CLEAVE_K8S_APISERVER_PORT" "$CLEAVE_K8S_ETCD_PORT"
+      wait_until kube-apiserver "$d/apiserver.pid" kube-apiserver "$timeout" \
+        curl -sf --cacert "$CLEAVE_K8S_CA" -H "Authorization: Bearer $CLEAVE_K8S_TOKEN" \
+        "$CLEAVE_K8S_APISERVER/readyz" || die "kube-apiserver did not come back (log: $d/apiserver.log)"
+      ;;
+  esac
+  log "$name back in $((SECONDS - t0)) s"
+}
+
 cmd_status() {
   [ $# -eq 1 ] || usage
   local d c pid rc=0
@@ -515,6 +584,8 @@ case ${1:-} in
   start) shift; cmd_start "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   status) shift; cmd_status "$@" ;;
+  stop-one) shift; cmd_stop_one "$@" ;;
+  start-one) shift; cmd_start_one "$@" ;;
   env) shift; [ $# -eq 0 ] || usage; cmd_env ;;
   -h | --help | help) usage ;;
   *) usage ;;

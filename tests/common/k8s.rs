@@ -65,6 +65,21 @@ impl Cluster {
         Cluster { dir, kubeconfig }
     }
 
+    /// Stops one process of the control plane (`"apiserver"` or `"etcd"`) with `signal`
+    /// (`"TERM"`, `"KILL"`); the rest keeps running (`scripts/k8s-testenv.sh stop-one`).
+    pub fn stop_one(&self, what: &str, signal: &str) {
+        let mut c = Command::new(script());
+        c.arg("stop-one").arg(self.dir.path()).args([what, signal]);
+        ok_piped(c, None);
+    }
+
+    /// Starts it again on the same ports with the same data, and waits until it is ready.
+    pub fn start_one(&self, what: &str) {
+        let mut c = Command::new(script());
+        c.arg("start-one").arg(self.dir.path()).arg(what);
+        ok_piped(c, None);
+    }
+
     /// kubectl with another identity's kubeconfig (e.g. a ServiceAccount's).
     pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Command {
         let mut c = Command::new(cache_bin().join("kubectl"));

@@ -257,3 +257,78 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// The file names in `dir`, sorted.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `cleave verify --json` over `files` (Data.db paths), asserting they verify: the
+/// `total` key fingerprint (partitions, xor and sum of the key hashes).
+pub fn key_fingerprint(files: &[PathBuf]) -> serde_json::Value {
+    let out = Command::new(cleave_bin())
+        .arg("verify")
+        .args(files)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "verify {files:?}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(v["ok"], true, "{v}");
+    v["total"].clone()
+}
+
+/// The Data.db files directly in `dir`.
+pub fn data_files(dir: &Path) -> Vec<PathBuf> {
+    names(dir)
+        .iter()
+        .filter(|n| n.ends_with("-Data.db"))
+        .map(|n| dir.join(n))
+        .collect()
+}
+
+/// [`key_fingerprint`] of every sstable directly in `dir`.
+pub fn dir_fingerprint(dir: &Path) -> serde_json::Value {
+    key_fingerprint(&data_files(dir))
+}
+
+/// After a `Replace` of the parents `nb-<g>-big-*` (`gens`): none of them is left, every
+/// other sstable in `table` is complete (has its TOC.txt: no orphan), no transaction log,
+/// no staging or probe, and the live keys are exactly `parents` (a fingerprint from
+/// [`dir_fingerprint`] taken before). `what` names the trial in messages.
+pub fn assert_replaced(what: &str, table: &Path, gens: &[&str], parents: &serde_json::Value) {
+    let left = names(table);
+    assert!(
+        !left
+            .iter()
+            .any(|n| gens.iter().any(|g| n.starts_with(&format!("nb-{g}-")))),
+        "{what}: a parent survived: {left:?}"
+    );
+    assert!(
+        !left
+            .iter()
+            .any(|n| n.contains("_txn_") || n.starts_with('.')),
+        "{what}: leftovers {left:?}"
+    );
+    let mut groups: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for n in left.iter().filter(|n| n.starts_with("nb-")) {
+        let (p, c) = n.rsplit_once("-big-").unwrap();
+        groups.entry(p.to_string()).or_default().push(c.to_string());
+    }
+    for (p, comps) in &groups {
+        assert!(
+            comps.iter().any(|c| c == "TOC.txt"),
+            "{what}: orphan files of {p}: {comps:?}"
+        );
+    }
+    assert_eq!(&dir_fingerprint(table), parents, "{what}: {left:?}");
+}
