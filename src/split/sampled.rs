@@ -173,7 +173,7 @@ pub fn plan<P: IndexProbe>(probe: &mut P, cut: &Cut, s: Shape) -> Result<Sampled
             bps.sort();
             bps.dedup();
             let label = |t: &Token| Group::Label(r.label(s.partitioner, t));
-            first_group = label(&first.token);
+            first_group = Group::Label(r.label(s.partitioner, &first.token));
             by_breakpoints(probe, &bps, first.clone(), first_group, &mut cuts, label)?;
         }
         Cut::Parts(n) => {
