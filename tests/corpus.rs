@@ -78,9 +78,10 @@ fn every_component_round_trips_byte_exact() {
             let p = t.path(c);
             let bytes = std::fs::read(&p).unwrap();
             let again: Vec<u8> = match c {
-                Component::CompressionInfo => {
-                    CompressionInfo::parse(&p, &bytes, v).unwrap().serialize()
-                }
+                Component::CompressionInfo => CompressionInfo::parse(&p, &bytes, v)
+                    .unwrap()
+                    .serialize()
+                    .unwrap(),
                 Component::Summary => Summary::parse(&p, &bytes).unwrap().serialize(),
                 Component::Filter if !bytes.is_empty() => {
                     BloomFilter::parse(&p, &bytes, t.old_filter_layout())

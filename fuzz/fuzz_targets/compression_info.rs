@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
 
-    let out = ci.serialize();
+    let out = ci.serialize().expect("offsets parsed into memory serialize");
     let back = CompressionInfo::parse(file, &out, version)
         .unwrap_or_else(|e| panic!("serialized CompressionInfo does not re-parse: {e}"));
     assert_eq!(back, ci, "re-parse differs");

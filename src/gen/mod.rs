@@ -463,9 +463,9 @@ pub fn generate(o: &GenOptions, progress: &mut dyn FnMut(u64)) -> Result<GenRepo
                 .has_max_compressed_length()
                 .then_some(i32::MAX as u32),
             data_length: data_len,
-            offsets,
+            offsets: offsets.into(),
         };
-        write_file(&desc.path(&Component::CompressionInfo), &ci.serialize())?;
+        write_file(&desc.path(&Component::CompressionInfo), &ci.serialize()?)?;
         toc.push(Component::CompressionInfo);
     } else {
         write_file(

@@ -18,7 +18,7 @@ use super::plan::{Geometry, Layout};
 use crate::io::throttle::TokenBucket;
 use crate::io::{copy, reflink};
 use crate::sstable::checksum::ChunkChecksums;
-use crate::sstable::compression::{Codec, CompressionInfo};
+use crate::sstable::compression::{ChunkOffsets, Codec, CompressionInfo};
 use crate::sstable::data::DataReader;
 use crate::sstable::lz4::{self, LengthTarget};
 use crate::sstable::{FormatError, Result};
@@ -74,38 +74,48 @@ impl ChildOffsets {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Every offset in order; `parent` is the parent's offsets (borrowed, held once).
-    pub fn iter<'a>(&'a self, parent: &'a [u64]) -> impl Iterator<Item = u64> + 'a {
+    /// Every offset in order; `parent` is the parent's offsets (shared, held once or read
+    /// on demand: the interior's are streamed from them in blocks).
+    pub fn iter<'a>(&'a self, parent: &'a ChunkOffsets) -> impl Iterator<Item = Result<u64>> + 'a {
         let interior = self.interior.into_iter().flat_map(move |i| {
-            parent[i.from as usize..i.to as usize]
-                .iter()
-                .map(move |o| o - i.src_start + i.dst_start)
+            parent
+                .iter(i.from, i.to)
+                .map(move |o| o.map(|o| o - i.src_start + i.dst_start))
         });
         self.head
             .iter()
             .copied()
+            .map(Ok)
             .chain(interior)
-            .chain(self.tail.iter().copied())
+            .chain(self.tail.iter().copied().map(Ok))
     }
 }
 
 /// The child's CompressionInfo.db: the parent's header, the child's `dataLength`, and its
-/// offsets streamed from the parent's (8 bytes a chunk are never held for the child).
+/// offsets streamed from the parent's (8 bytes a chunk are never held for the child, nor
+/// for the parent when its offsets are read on demand). Write errors name `out_path`.
 pub fn write_compression_info<W: std::io::Write>(
     out: &mut W,
+    out_path: &Path,
     parent: &CompressionInfo,
     data_length: u64,
     offsets: &ChildOffsets,
-) -> std::io::Result<()> {
+) -> Result<()> {
+    let io = |e| FormatError::io(out_path, e);
     let mut head = Vec::with_capacity(128);
     parent.serialize_header(&mut head);
     head.extend_from_slice(&(data_length as i64).to_be_bytes());
     head.extend_from_slice(&(offsets.len() as i32).to_be_bytes());
-    out.write_all(&head)?;
+    out.write_all(&head).map_err(io)?;
+    let mut buf = Vec::with_capacity(64 * 1024);
     for o in offsets.iter(&parent.offsets) {
-        out.write_all(&(o as i64).to_be_bytes())?;
+        buf.extend_from_slice(&(o? as i64).to_be_bytes());
+        if buf.len() >= 64 * 1024 {
+            out.write_all(&buf).map_err(io)?;
+            buf.clear();
+        }
     }
-    Ok(())
+    out.write_all(&buf).map_err(io)
 }
 
 /// One piece of a child's Data.db, at child file offset `dst`: a parent byte range carried
@@ -376,8 +386,8 @@ fn extra_chunk(file: &Path, ci: &CompressionInfo) -> Result<Vec<u8>> {
 }
 
 /// Parent file offset where chunk `i` ends (its CRC included).
-fn chunk_end(ci: &CompressionInfo, i: u64, file_size: u64) -> u64 {
-    ci.offsets.get(i as usize + 1).copied().unwrap_or(file_size)
+fn chunk_end(ci: &CompressionInfo, i: u64, file_size: u64) -> Result<u64> {
+    ci.offsets.end_of(i, file_size)
 }
 
 /// Folds the parent's interior chunks `[from, to]` into a running CRC32 of the child file
@@ -390,8 +400,8 @@ fn combine_interior(
     to: u64,
 ) -> Result<()> {
     for i in from..=to {
-        let start = ci.offsets[i as usize];
-        let end = chunk_end(ci, i, parent.file_size);
+        let start = ci.offsets.at(i)?;
+        let end = chunk_end(ci, i, parent.file_size)?;
         let crc_bytes = parent.read_at(end - 4, 4)?;
         let crc = u32::from_be_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
         digest.combine(&crc32fast::Hasher::new_with_initial_len(
@@ -442,7 +452,7 @@ pub fn compressed_layout(
         if c.len() < first_live_end {
             return Err(FormatError::corrupt(
                 &parent.path,
-                Some(ci.offsets[k as usize]),
+                Some(ci.offsets.at(k)?),
                 format!(
                     "chunk {k} decodes to {} bytes, the child needs {first_live_end}",
                     c.len()
@@ -457,7 +467,7 @@ pub fn compressed_layout(
         if c.len() < n {
             return Err(FormatError::corrupt(
                 &parent.path,
-                Some(ci.offsets[j as usize]),
+                Some(ci.offsets.at(j)?),
                 format!(
                     "chunk {j} decodes to {} bytes, the child needs {n}",
                     c.len()
@@ -469,7 +479,7 @@ pub fn compressed_layout(
         None
     };
     let interior = if j >= k + 2 {
-        Some((ci.offsets[k as usize + 1], ci.offsets[j as usize]))
+        Some((ci.offsets.at(k + 1)?, ci.offsets.at(j)?))
     } else {
         None
     };
@@ -477,7 +487,7 @@ pub fn compressed_layout(
     // A first chunk without a dead prefix that already sits on a block boundary in the
     // parent (chunk 0 always does) is carried verbatim with the interior: its successors
     // then land at congruent offsets whatever the data, incompressible included.
-    let s_k = ci.offsets[k as usize];
+    let s_k = ci.offsets.at(k)?;
     if dead == 0
         && j > k
         && matches!(want, Layout::Aligned | Layout::Copy)
@@ -493,7 +503,7 @@ pub fn compressed_layout(
         } else {
             (want, None)
         };
-        let s_j = ci.offsets[j as usize];
+        let s_j = ci.offsets.at(j)?;
         let mut segments = vec![Segment::Parent {
             dst: 0,
             src: s_k,
@@ -602,7 +612,7 @@ pub fn compressed_layout(
                     }
                 }
                 if layout == Layout::Padded {
-                    let s0 = ci.offsets[k as usize];
+                    let s0 = ci.offsets.at(k)?;
                     let exact = (s1 - s0 - 4) as usize;
                     match lz4::encode_tuned(dead, &first[dead..], LengthTarget::Exact(exact))
                         .filter(|p| max_ok(p.len()))
@@ -941,7 +951,7 @@ pub fn write_regrid(
                     if to <= from {
                         return Err(FormatError::corrupt(
                             &parent.path,
-                            Some(ci.offsets[c as usize]),
+                            Some(ci.offsets.at(c)?),
                             format!(
                                 "chunk {c} decodes to {} bytes, position {pos} needs more",
                                 chunk.len()

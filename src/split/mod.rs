@@ -15,9 +15,11 @@ pub mod error;
 pub mod fallback;
 pub mod parent;
 pub mod plan;
+pub mod probe;
 pub mod publish;
 pub mod ranges;
 pub mod report;
+pub mod sampled;
 pub mod spec;
 pub mod staged;
 pub mod write;
@@ -152,14 +154,23 @@ pub fn run(
         })
     })?;
     if target.dry_run {
+        // A sampled plan has not read every key: the dry run reports the exact count and
+        // no key hashes (docs/split.md "Dry run").
+        let fp = plan
+            .fingerprint
+            .unwrap_or(crate::sstable::fingerprint::Fingerprint {
+                count: plan.partitions,
+                ..Default::default()
+            });
         let mut r = staged::report(
             parent,
             &plan.children,
-            plan.fingerprint,
+            fp,
             parent.reflink_guess(),
             target.publish,
             true,
         );
+        r.plan_source = Some(plan.source);
         r.plan_seconds = plan.index_pass.as_secs_f64();
         return Ok(r);
     }

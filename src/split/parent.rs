@@ -8,13 +8,15 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use super::error::{OpenError, PlanError};
-use super::plan::{self, Grid, Grouper, Plan, Policy};
+use super::plan::{self, Grid, Grouper, Plan, PlanSource, Policy};
+use super::probe::FileProbe;
+use super::sampled::{self, ProbeError};
 use super::spec::{validate_boundaries, Cut};
 use crate::io::reflink::{self, CloneRefusal, ReflinkSupport};
 use crate::sstable::checksum::ChunkChecksums;
 use crate::sstable::compression::Codec;
 use crate::sstable::fingerprint::Fingerprint;
-use crate::sstable::{Component, SSTable};
+use crate::sstable::{Component, FormatError, SSTable};
 
 struct Inner {
     table: SSTable,
@@ -137,10 +139,12 @@ impl Parent {
         Ok(*self.inner.reflink_probed.get_or_init(|| r))
     }
 
-    /// The plan of a split: one streaming pass over Index.db groups partitions into
-    /// children (memory O(children + runs)), then each child's layout is resolved. Writes
-    /// nothing; the reflink support is the probed one if a write probed it already, else
-    /// the filesystem type's.
+    /// The plan of a split, writing nothing: from Summary.db's samples and point reads of
+    /// Index.db when the summary is at full sampling (`split::sampled`: a few intervals of
+    /// entries per cut, so the split's one pass over Index.db is the write's), else from
+    /// one streaming pass over Index.db (`Grouper`, memory O(children + runs)). Both give
+    /// the same children. The reflink support is the probed one if a write probed it
+    /// already, else the filesystem type's.
     pub fn plan(&self, cut: &Cut, policy: &Policy) -> Result<Plan, PlanError> {
         self.plan_with_progress(cut, policy, &mut |_, _| {})
     }
@@ -150,6 +154,22 @@ impl Parent {
         &self,
         cut: &Cut,
         policy: &Policy,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Plan, PlanError> {
+        self.plan_from(cut, policy, None, progress)
+    }
+
+    /// `plan` with the full pass over Index.db, whatever the summary (what `plan` falls
+    /// back to; tests compare the two).
+    pub fn plan_index_pass(&self, cut: &Cut, policy: &Policy) -> Result<Plan, PlanError> {
+        self.plan_from(cut, policy, Some(PlanSource::IndexPass), &mut |_, _| {})
+    }
+
+    fn plan_from(
+        &self,
+        cut: &Cut,
+        policy: &Policy,
+        force: Option<PlanSource>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Plan, PlanError> {
         let t = &self.inner.table;
@@ -176,26 +196,34 @@ impl Parent {
         let index_total = t.size_of(&Component::Index).unwrap_or(0);
         let started = Instant::now();
         let min_dead = plan::preferred_dead_prefix(if block > 0 { block } else { 4096 });
-        let mut grouper = Grouper::new(cut.clone(), t.partitioner, t.data_length(), unit, min_dead);
-        let mut fingerprint = Fingerprint::default();
-        let mut r = t.index_reader()?;
-        let mut last = 0;
-        while let Some(e) = r.next_entry()? {
-            let token = t.partitioner.token(e.key);
-            grouper.push(e.key, &token, e.position, e.index_offset);
-            fingerprint.add(e.key);
-            if e.index_offset - last > (1 << 20) {
-                progress(e.index_offset, index_total);
-                last = e.index_offset;
+        let shape = sampled::Shape {
+            partitioner: t.partitioner,
+            data_length: t.data_length(),
+            index_length: index_total,
+            grid: unit,
+            min_dead_prefix: min_dead,
+            merge_below_units: policy.merge_below_chunks,
+        };
+        let from_samples = if force == Some(PlanSource::IndexPass) {
+            None
+        } else {
+            self.children_from_samples(cut, shape)?
+        };
+        let (children, partitions, fingerprint, source) = match from_samples {
+            Some((children, partitions)) => {
+                progress(index_total, index_total);
+                (children, partitions, None, PlanSource::SummarySamples)
             }
-        }
-        progress(index_total, index_total);
-        if fingerprint.count == 0 {
+            None => {
+                let (children, fp) = self.children_from_index_pass(cut, shape, progress)?;
+                (children, fp.count, Some(fp), PlanSource::IndexPass)
+            }
+        };
+        if partitions == 0 {
             return Err(PlanError::NoPartitions {
                 path: self.inner.data_path.clone(),
             });
         }
-        let children = grouper.finish(policy.merge_below_chunks, index_total);
         let grid = Grid {
             unit,
             block,
@@ -205,10 +233,25 @@ impl Parent {
                 .as_ref()
                 .is_some_and(|c| c.codec() == Codec::Lz4),
         };
-        let compression = t
-            .compression
+        // The few offsets the plan reads, fetched once (the parent's may be on disk).
+        let fetched = match &t.compression {
+            Some(c) => {
+                let mut f = plan::FetchedOffsets {
+                    count: c.offsets.len() as u64,
+                    ..Default::default()
+                };
+                for i in plan::offsets_needed(&children, unit) {
+                    if let Some(o) = c.offsets.get(i as usize)? {
+                        f.offsets.insert(i, o);
+                    }
+                }
+                Some(f)
+            }
+            None => None,
+        };
+        let compression = fetched
             .as_ref()
-            .map(|c| (c.offsets.as_slice(), t.data_file_size));
+            .map(|f| (f as &dyn plan::OffsetLookup, t.data_file_size));
         let children = plan::resolve(children, policy, grid, compression);
         Ok(Plan {
             parent: self.clone(),
@@ -216,9 +259,73 @@ impl Parent {
             policy: policy.clone(),
             grid,
             children,
+            partitions,
             fingerprint,
+            source,
             index_pass: started.elapsed(),
         })
+    }
+
+    /// Children from Summary.db's samples, or `None` when the summary cannot serve (absent,
+    /// downsampled, or its samples turn out irregular): then the full pass plans.
+    fn children_from_samples(
+        &self,
+        cut: &Cut,
+        shape: sampled::Shape,
+    ) -> Result<Option<(Vec<plan::PlannedChild>, u64)>, PlanError> {
+        let t = &self.inner.table;
+        let index_path = t.path(&Component::Index);
+        let f = File::open(&index_path).map_err(|e| FormatError::io(&index_path, e))?;
+        let Some(mut probe) = FileProbe::new(t, &f) else {
+            return Ok(None);
+        };
+        match sampled::plan(&mut probe, cut, shape) {
+            Ok(s) => Ok(Some((s.children, s.partitions))),
+            Err(ProbeError::Irregular(why)) => {
+                tracing::debug!(parent = %self.inner.data_path.display(), %why, "planning with the full index pass");
+                Ok(None)
+            }
+            Err(ProbeError::Index(e)) => Err(e.into()),
+        }
+    }
+
+    /// Children from one streaming pass over Index.db, with the parent's key fingerprint.
+    fn children_from_index_pass(
+        &self,
+        cut: &Cut,
+        shape: sampled::Shape,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(Vec<plan::PlannedChild>, Fingerprint), PlanError> {
+        let t = &self.inner.table;
+        let mut grouper = Grouper::new(
+            cut.clone(),
+            t.partitioner,
+            shape.data_length,
+            shape.grid,
+            shape.min_dead_prefix,
+        );
+        let mut fingerprint = Fingerprint::default();
+        let mut r = t.index_reader()?;
+        let mut last = 0;
+        while let Some(e) = r.next_entry()? {
+            let token = t.partitioner.token(e.key);
+            grouper.push(e.key, &token, e.position, e.index_offset);
+            fingerprint.add(e.key);
+            if e.index_offset - last > (1 << 20) {
+                progress(e.index_offset, shape.index_length);
+                last = e.index_offset;
+            }
+        }
+        progress(shape.index_length, shape.index_length);
+        if fingerprint.count == 0 {
+            return Err(PlanError::NoPartitions {
+                path: self.inner.data_path.clone(),
+            });
+        }
+        Ok((
+            grouper.finish(shape.merge_below_units, shape.index_length),
+            fingerprint,
+        ))
     }
 }
 

@@ -64,7 +64,7 @@ impl PlannedChild {
 
 /// Where a partition goes, as the grouper decides it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Group {
+pub(super) enum Group {
     Index(usize),
     Label(Label),
 }
@@ -104,7 +104,7 @@ pub struct Grouper {
 
 /// How many partitions past a `Parts` target the grouper waits for a cut with a usable
 /// dead prefix before cutting anyway.
-const PARTS_PATIENCE: u32 = 64;
+pub(super) const PARTS_PATIENCE: u32 = 64;
 
 impl Grouper {
     pub fn new(
@@ -249,63 +249,88 @@ impl Grouper {
             o.run.last_ordinal = self.ordinal - 1;
             self.runs.push((o.group, o.run));
         }
-        if let Cut::Parts(n) = self.cut {
-            let want = (n as u64).min(self.ordinal) as usize;
-            // The cut that waited for a dead prefix in vain is made where it was due.
-            if let Some(b) = self.deferred.take() {
-                if self.runs.len() < want {
-                    self.recent.retain(|r| r.ordinal != b.ordinal);
-                    cut_at(&mut self.runs, b);
-                }
+        assemble(
+            &self.cut,
+            self.runs,
+            self.deferred,
+            self.recent,
+            self.ordinal,
+            merge_below_units,
+            self.grid,
+        )
+    }
+}
+
+/// Runs (closed, in parent order) to children: for `Parts`, the cut that waited for a dead
+/// prefix in vain and the cuts the scan could not make are made first (from `deferred` and
+/// `recent`, the last N-1 partition starts); then anticompaction runs touching fewer than
+/// `merge_below_units` grid units join their label's `regrid` child. Shared by the streaming
+/// `Grouper` and the sampled planner (`split::sampled`), so both apply the same rules.
+pub(super) fn assemble(
+    cut: &Cut,
+    mut runs: Vec<(Group, Run)>,
+    deferred: Option<Boundary>,
+    mut recent: std::collections::VecDeque<Boundary>,
+    partitions: u64,
+    merge_below_units: u64,
+    grid: u64,
+) -> Vec<PlannedChild> {
+    if let Cut::Parts(n) = cut {
+        let want = (*n as u64).min(partitions) as usize;
+        // The cut that waited for a dead prefix in vain is made where it was due.
+        if let Some(b) = deferred {
+            if runs.len() < want {
+                recent.retain(|r| r.ordinal != b.ordinal);
+                cut_at(&mut runs, b);
             }
-            make_missing_cuts(&mut self.runs, &mut self.recent, want);
         }
-        let mut children = Vec::new();
-        let mut merged: Vec<PlannedChild> = Vec::new();
-        for (group, run) in self.runs {
-            match group {
-                Group::Index(_) => children.push(PlannedChild {
-                    runs: vec![run],
-                    label: None,
-                    merged: false,
-                }),
-                Group::Label(label) => {
-                    let units = units_touched(run.first_position, run.end_position, self.grid);
-                    if units < merge_below_units {
-                        match merged.iter_mut().find(|c| c.label == Some(label)) {
-                            Some(c) => c.runs.push(run),
-                            None => merged.push(PlannedChild {
-                                runs: vec![run],
-                                label: Some(label),
-                                merged: true,
-                            }),
-                        }
-                    } else {
-                        children.push(PlannedChild {
+        make_missing_cuts(&mut runs, &mut recent, want);
+    }
+    let mut children = Vec::new();
+    let mut merged: Vec<PlannedChild> = Vec::new();
+    for (group, run) in runs {
+        match group {
+            Group::Index(_) => children.push(PlannedChild {
+                runs: vec![run],
+                label: None,
+                merged: false,
+            }),
+            Group::Label(label) => {
+                let units = units_touched(run.first_position, run.end_position, grid);
+                if units < merge_below_units {
+                    match merged.iter_mut().find(|c| c.label == Some(label)) {
+                        Some(c) => c.runs.push(run),
+                        None => merged.push(PlannedChild {
                             runs: vec![run],
                             label: Some(label),
-                            merged: false,
-                        });
+                            merged: true,
+                        }),
                     }
+                } else {
+                    children.push(PlannedChild {
+                        runs: vec![run],
+                        label: Some(label),
+                        merged: false,
+                    });
                 }
             }
         }
-        merged.sort_by_key(|c| c.label);
-        children.extend(merged);
-        children
     }
+    merged.sort_by_key(|c| c.label);
+    children.extend(merged);
+    children
 }
 
 /// A partition start the `Parts` grouper may still cut at after the stream ended.
 #[derive(Debug, Clone)]
-struct Boundary {
-    ordinal: u64,
-    position: u64,
-    index_offset: u64,
-    key: Vec<u8>,
-    token: String,
-    prev_key: Vec<u8>,
-    prev_token: String,
+pub(super) struct Boundary {
+    pub(super) ordinal: u64,
+    pub(super) position: u64,
+    pub(super) index_offset: u64,
+    pub(super) key: Vec<u8>,
+    pub(super) token: String,
+    pub(super) prev_key: Vec<u8>,
+    pub(super) prev_token: String,
 }
 
 /// `--parts N` gives exactly min(N, partitions) children: when the stream made fewer cuts
@@ -454,14 +479,77 @@ pub struct Prediction {
     pub bytes_reencoded: u64,
 }
 
+/// Chunk offsets as the pure planner reads them: by chunk index, `None` past the last
+/// chunk. A slice in tests; `FetchedOffsets` (the few a plan needs) for a real parent,
+/// whose offsets may be on disk (`sstable::compression::ChunkOffsets`).
+pub trait OffsetLookup {
+    fn offset(&self, chunk: u64) -> Option<u64>;
+}
+
+impl OffsetLookup for [u64] {
+    fn offset(&self, chunk: u64) -> Option<u64> {
+        self.get(chunk as usize).copied()
+    }
+}
+
+impl OffsetLookup for Vec<u64> {
+    fn offset(&self, chunk: u64) -> Option<u64> {
+        self.as_slice().offset(chunk)
+    }
+}
+
+/// The offsets `resolve` reads, fetched before it: chunks `k`, `k+1`, `j`, `j+1` of each
+/// zero-copy child's run `k..=j` (first chunk, interior start, last chunk, end).
+#[derive(Debug, Default)]
+pub struct FetchedOffsets {
+    pub count: u64,
+    pub offsets: std::collections::BTreeMap<u64, u64>,
+}
+
+impl OffsetLookup for FetchedOffsets {
+    fn offset(&self, chunk: u64) -> Option<u64> {
+        if chunk >= self.count {
+            return None;
+        }
+        let o = self.offsets.get(&chunk).copied();
+        debug_assert!(o.is_some(), "chunk {chunk} offset not fetched for the plan");
+        o
+    }
+}
+
+/// The chunks whose offsets `resolve` reads for `children` on a grid of `unit`.
+pub fn offsets_needed(children: &[PlannedChild], unit: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = children
+        .iter()
+        .filter(|c| !c.merged)
+        .flat_map(|c| {
+            let r = &c.runs[0];
+            let g = geometry(
+                r.first_position,
+                r.end_position.max(r.first_position + 1),
+                unit,
+            );
+            [
+                g.first_chunk,
+                g.first_chunk + 1,
+                g.last_chunk,
+                g.last_chunk + 1,
+            ]
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// Parent file bytes of chunks `[from, to]` including CRCs.
-pub fn chunk_bytes(offsets: &[u64], file_size: u64, from: u64, to: u64) -> u64 {
+pub fn chunk_bytes(offsets: &dyn OffsetLookup, file_size: u64, from: u64, to: u64) -> u64 {
     if from > to {
         return 0;
     }
-    let start = offsets[from as usize];
-    let end = offsets.get(to as usize + 1).copied().unwrap_or(file_size);
-    end - start
+    let start = offsets.offset(from).unwrap_or(file_size);
+    let end = offsets.offset(to + 1).unwrap_or(file_size);
+    end.saturating_sub(start)
 }
 
 /// Predicted bytes for a compressed child (estimates for re-encoded chunks: their source
@@ -469,7 +557,7 @@ pub fn chunk_bytes(offsets: &[u64], file_size: u64, from: u64, to: u64) -> u64 {
 pub fn predict_compressed(
     layout: Layout,
     g: &Geometry,
-    offsets: &[u64],
+    offsets: &dyn OffsetLookup,
     file_size: u64,
     block: u64,
 ) -> Prediction {
@@ -506,7 +594,7 @@ pub fn predict_compressed(
             }
             // Whole blocks of the interior are shared; the partial blocks at both ends are
             // written.
-            let start = offsets[interior_from as usize];
+            let start = offsets.offset(interior_from).unwrap_or(file_size);
             let end = start + interior;
             let shared = (end / block * block).saturating_sub(start.div_ceil(block) * block);
             Prediction {
@@ -590,7 +678,7 @@ pub fn resolve(
     children: Vec<PlannedChild>,
     policy: &Policy,
     grid: Grid,
-    compression: Option<(&[u64], u64)>,
+    compression: Option<(&dyn OffsetLookup, u64)>,
 ) -> Vec<ChildPlan> {
     let Grid {
         unit,
@@ -617,7 +705,7 @@ pub fn resolve(
                 let r = &c.runs[0];
                 let mut g = geometry(r.first_position, r.end_position, unit);
                 if let (Layout::Aligned, true, Some((offsets, _))) = (layout, lz4, compression) {
-                    let s0 = offsets.get(g.first_chunk as usize).copied().unwrap_or(0);
+                    let s0 = offsets.offset(g.first_chunk).unwrap_or(0);
                     if needs_lead(&g, s0, block) {
                         g.lead = unit;
                         g.data_length += unit;
@@ -677,16 +765,30 @@ pub struct Plan {
     pub policy: Policy,
     pub grid: Grid,
     pub children: Vec<ChildPlan>,
-    /// (count, xor, sum) of the parent's keys' Murmur3, from the planning pass.
-    pub fingerprint: crate::sstable::fingerprint::Fingerprint,
-    /// Wall time of the planning pass over Index.db (docs/benchmarks.md compares it with
-    /// the write pass).
+    /// The parent's partitions (exact, whichever the source).
+    pub partitions: u64,
+    /// (count, xor, sum) of the parent's keys' Murmur3 when the plan read every key (the
+    /// full pass); a sampled plan leaves it to the write pass, which reads them all.
+    pub fingerprint: Option<crate::sstable::fingerprint::Fingerprint>,
+    pub source: PlanSource,
+    /// Wall time of planning (docs/benchmarks.md compares it with the write pass).
     pub index_pass: std::time::Duration,
+}
+
+/// What a plan was made from. Both give the same children; only `IndexPass` reads every
+/// key (and so knows the parent's key fingerprint before writing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanSource {
+    /// Summary.db's samples plus point reads of Index.db at the cuts (`split::sampled`).
+    SummarySamples,
+    /// One streaming pass over Index.db (`Grouper`).
+    IndexPass,
 }
 
 impl Plan {
     pub fn partitions(&self) -> u64 {
-        self.fingerprint.count
+        self.partitions
     }
 }
 
@@ -807,6 +909,28 @@ mod tests {
         }
         assert_eq!(next, positions.len() as u64);
         assert_eq!(c.last().map(|c| c.runs[0].end_position), Some(len));
+        // The sampled planner cuts at the same partitions.
+        let items: Vec<(Token, u64)> = positions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (Token::Murmur3(i as i64), *p))
+            .collect();
+        let s = crate::split::sampled::tests::same_as_grouper(
+            &Cut::Parts(n),
+            &items,
+            len,
+            grid,
+            min_dead,
+            0,
+        );
+        assert_eq!(
+            s.iter()
+                .map(|c| c.runs[0].first_ordinal)
+                .collect::<Vec<_>>(),
+            c.iter()
+                .map(|c| c.runs[0].first_ordinal)
+                .collect::<Vec<_>>()
+        );
         c
     }
 

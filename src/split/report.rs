@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::fallback::Fallback;
-use super::plan::{ChildPlan, Layout};
+use super::plan::{ChildPlan, Layout, PlanSource};
 use super::publish::Publish;
 use super::spec::Label;
 use crate::sstable::fingerprint::Fingerprint;
@@ -59,6 +59,9 @@ pub struct SplitReport {
     /// Seconds of the planning pass over Index.db and of the write (index pass, data, fsync).
     pub plan_seconds: f64,
     pub write_seconds: f64,
+    /// What the plan was made from (`summary_samples` or `index_pass`); with
+    /// `summary_samples` a dry run's `check.parent` has the partition count only.
+    pub plan_source: Option<PlanSource>,
     /// What publication could not clean up after the children went live (files of the
     /// parent, the log, staging), each with the obstacle; empty on a clean run.
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -60,6 +60,7 @@ pub struct Staged<S> {
     pub(super) support: ReflinkSupport,
     pub(super) guard: StagingGuard,
     pub(super) plan_time: Duration,
+    pub(super) plan_source: super::plan::PlanSource,
     pub(super) write_time: Duration,
     pub(super) state: PhantomData<S>,
 }
@@ -89,6 +90,7 @@ impl<S> Staged<S> {
             support: self.support,
             guard: self.guard,
             plan_time: self.plan_time,
+            plan_source: self.plan_source,
             write_time: self.write_time,
             state: PhantomData,
         }
@@ -103,6 +105,7 @@ impl Staged<Unchecked> {
         out_dir: PathBuf,
         descs: Vec<Descriptor>,
         reports: Vec<ChildReport>,
+        parent_fp: Fingerprint,
         children_fp: Fingerprint,
         support: ReflinkSupport,
         guard: StagingGuard,
@@ -111,7 +114,7 @@ impl Staged<Unchecked> {
         Staged {
             parent: plan.parent.clone(),
             plan: plan.children.clone(),
-            parent_fp: plan.fingerprint,
+            parent_fp,
             operation: if matches!(plan.cut, Cut::Ranges(_)) {
                 "anticompaction"
             } else {
@@ -125,6 +128,7 @@ impl Staged<Unchecked> {
             support,
             guard,
             plan_time: plan.index_pass,
+            plan_source: plan.source,
             write_time,
             state: PhantomData,
         }
@@ -195,6 +199,7 @@ impl Staged<Checked> {
             report.bytes_reencoded += c.bytes_reencoded;
         }
         report.plan_seconds = self.plan_time.as_secs_f64();
+        report.plan_source = Some(self.plan_source);
         report.write_seconds = self.write_time.as_secs_f64();
         Ok(report)
     }
@@ -231,6 +236,7 @@ pub fn report(
         write_bytes: 0,
         plan_seconds: 0.0,
         write_seconds: 0.0,
+        plan_source: None,
         left_behind: Vec::new(),
     }
 }

@@ -154,9 +154,12 @@ impl Plan {
         let mut open: Vec<Option<Open>> = (0..self.children.len()).map(|_| None).collect();
         let mut done: Vec<Option<ChildReport>> = (0..self.children.len()).map(|_| None).collect();
         let mut children_fp = Fingerprint::default();
+        // The parent's keys, read here for the one time in a split when the plan came
+        // from Summary.db's samples.
+        let mut parent_fp = Fingerprint::default();
         let mut seg = 0usize;
         // The previous parent entry, flushed when the next one tells where it ends.
-        let mut pending: Option<(u64, Vec<u8>, u64, Vec<u8>)> = None;
+        let mut pending: Option<(u64, Vec<u8>, u64, Vec<u8>, u64)> = None;
         let mut r = t.index_reader()?;
         let index_total = t.size_of(&Component::Index).unwrap_or(0);
         let mut ordinal = 0u64;
@@ -171,12 +174,12 @@ impl Plan {
                     e.index_offset,
                 )
             });
-            if let Some((p_ord, key, pos, promoted)) = pending.take() {
+            if let Some((p_ord, key, pos, promoted, off)) = pending.take() {
                 let end = next.as_ref().map_or(data_length, |n| n.0);
                 while seg < segments.len() && segments[seg].1 < p_ord {
                     seg += 1;
                 }
-                let Some(&(_, seg_last, ci, ri)) = segments.get(seg) else {
+                let Some(&(seg_first, seg_last, ci, ri)) = segments.get(seg) else {
                     return Err(FormatError::corrupt(
                         parent.data_path(),
                         None,
@@ -185,6 +188,18 @@ impl Plan {
                     .into());
                 };
                 let plan = &self.children[ci];
+                // The plan's ordinals (from Summary.db's samples, or the planning pass) must
+                // be Index.db's: each run starts at the offset planned for it.
+                let index_start = plan.child.runs[ri].index_start;
+                if p_ord == seg_first && off != index_start {
+                    return Err(FormatError::corrupt(
+                        &t.path(&Component::Index),
+                        Some(off),
+                        format!("partition {p_ord} starts here, the plan ({:?}) expected it at offset {index_start}: Summary.db's samples do not match Index.db", self.source),
+                    )
+                    .into());
+                }
+                parent_fp.add(&key);
                 let o = match &mut open[ci] {
                     Some(o) => o,
                     slot => {
@@ -240,7 +255,7 @@ impl Plan {
             let Some((pos, key, promoted, off)) = next else {
                 break;
             };
-            pending = Some((ordinal, key, pos, promoted));
+            pending = Some((ordinal, key, pos, promoted, off));
             ordinal += 1;
             if off - last_progress > (1 << 20) {
                 progress(Progress::Index {
@@ -254,6 +269,18 @@ impl Plan {
             bytes: index_total,
             total: index_total,
         });
+        let planned_fp = self.fingerprint.unwrap_or(parent_fp);
+        if ordinal != self.partitions || planned_fp != parent_fp {
+            return Err(FormatError::corrupt(
+                &t.path(&Component::Index),
+                None,
+                format!(
+                    "Index.db has {ordinal} partitions (keys {parent_fp:?}), the plan ({:?}) counted {} ({planned_fp:?}): it changed since planned, or Summary.db does not sample it",
+                    self.source, self.partitions
+                ),
+            )
+            .into());
+        }
         let reports: Vec<ChildReport> = done
             .into_iter()
             .enumerate()
@@ -276,6 +303,7 @@ impl Plan {
             out_dir.to_path_buf(),
             descs,
             reports,
+            parent_fp,
             children_fp,
             support,
             guard,
@@ -363,8 +391,13 @@ impl Plan {
                 .open(&path)
                 .map_err(|e| WriteError::io(&path, e))?;
             let mut w = BufWriter::new(f);
-            data::write_compression_info(&mut w, ci_parent, result.data_length, &result.offsets)
-                .map_err(|e| WriteError::io(&path, e))?;
+            data::write_compression_info(
+                &mut w,
+                &path,
+                ci_parent,
+                result.data_length,
+                &result.offsets,
+            )?;
             let f = w
                 .into_inner()
                 .map_err(|e| WriteError::io(&path, e.into_error()))?;
@@ -518,13 +551,32 @@ impl Plan {
                     None => break,
                 }
             }
+            // The run's entries end where the plan says (a sampled plan's counts come from
+            // Summary.db; this is the check `write`'s pass makes at every run start).
+            if n != run.partitions() || r.offset() != run.index_end {
+                return Err(FormatError::corrupt(
+                    &index_path,
+                    Some(r.offset()),
+                    format!(
+                        "child {ci}: {n} partitions end here, the plan expected {} ending at offset {}",
+                        run.partitions(),
+                        run.index_end
+                    ),
+                )
+                .into());
+            }
         }
         let (index, parts) = side.finish()?;
         let mut out: Vec<Built> = vec![(Component::Index, index)];
         if let Some(ci_parent) = &t.compression {
             let mut b = Vec::with_capacity(64 + layout.offsets.len() * 8);
-            data::write_compression_info(&mut b, ci_parent, layout.data_length, &layout.offsets)
-                .map_err(|e| WriteError::io(&t.path(&Component::CompressionInfo), e))?;
+            data::write_compression_info(
+                &mut b,
+                &t.path(&Component::CompressionInfo),
+                ci_parent,
+                layout.data_length,
+                &layout.offsets,
+            )?;
             out.push((Component::CompressionInfo, b));
         }
         let digest = match self.policy.digest {

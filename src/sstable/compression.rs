@@ -7,8 +7,11 @@
 //! Data.db file size (`CompressionMetadata.chunkFor`), so a Data.db must end exactly after
 //! its last CRC.
 
+use std::fs::File;
 use std::io::Read;
-use std::path::Path;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use super::bytes::{Put, Reader};
 use super::descriptor::Version;
@@ -25,12 +28,308 @@ pub struct CompressionInfo {
     /// Uncompressed length of Data.db: the logical end every reader respects.
     pub data_length: u64,
     #[serde(skip)]
-    pub offsets: Vec<u64>,
+    pub offsets: ChunkOffsets,
+}
+
+/// Offsets held in memory up to this many chunks (64 KiB); above it (a 128 MiB Data.db at
+/// 16 KiB chunks) they are read from CompressionInfo.db when needed, so that memory does
+/// not grow with the chunk count (8 bytes a chunk: 16 MiB for a 32 GiB parent).
+pub const IN_MEMORY_CHUNKS: usize = 8192;
+
+/// Offsets read per page of the on-demand cache (4 KiB).
+const PAGE: usize = 512;
+
+/// A table's chunk offsets, shared by every reader of it (cloning is an `Arc` clone): in
+/// memory when few, else read on demand from CompressionInfo.db by `pread` — one page
+/// cached for point reads, blocks streamed for runs (`iter`). Checked once in full when
+/// the file is opened (`CompressionInfo::open`), so a later read only fails on I/O.
+#[derive(Clone)]
+pub struct ChunkOffsets(Arc<Backing>);
+
+enum Backing {
+    Memory(Vec<u64>),
+    File {
+        path: PathBuf,
+        file: File,
+        /// File offset of offset 0.
+        start: u64,
+        count: usize,
+        last: u64,
+        page: Mutex<Option<(usize, Vec<u64>)>>,
+    },
+}
+
+impl Default for ChunkOffsets {
+    fn default() -> ChunkOffsets {
+        ChunkOffsets::from(Vec::new())
+    }
+}
+
+impl From<Vec<u64>> for ChunkOffsets {
+    fn from(v: Vec<u64>) -> ChunkOffsets {
+        ChunkOffsets(Arc::new(Backing::Memory(v)))
+    }
+}
+
+impl std::fmt::Debug for ChunkOffsets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &*self.0 {
+            Backing::Memory(v) if v.len() <= 16 => write!(f, "{v:?}"),
+            Backing::Memory(v) => write!(f, "ChunkOffsets({} in memory)", v.len()),
+            Backing::File { path, count, .. } => {
+                write!(f, "ChunkOffsets({count} in {})", path.display())
+            }
+        }
+    }
+}
+
+impl PartialEq for ChunkOffsets {
+    fn eq(&self, other: &ChunkOffsets) -> bool {
+        self.len() == other.len()
+            && self
+                .iter(0, self.len() as u64)
+                .zip(other.iter(0, other.len() as u64))
+                .all(|(a, b)| matches!((a, b), (Ok(a), Ok(b)) if a == b))
+    }
+}
+
+impl ChunkOffsets {
+    pub fn len(&self) -> usize {
+        match &*self.0 {
+            Backing::Memory(v) => v.len(),
+            Backing::File { count, .. } => *count,
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Whether they are read from the file on demand (more than `IN_MEMORY_CHUNKS`).
+    pub fn on_demand(&self) -> bool {
+        matches!(&*self.0, Backing::File { .. })
+    }
+    pub fn last(&self) -> Option<u64> {
+        match &*self.0 {
+            Backing::Memory(v) => v.last().copied(),
+            Backing::File { last, .. } => Some(*last),
+        }
+    }
+
+    /// Offset of chunk `i`, `None` past the last chunk.
+    pub fn get(&self, i: usize) -> Result<Option<u64>> {
+        match &*self.0 {
+            Backing::Memory(v) => Ok(v.get(i).copied()),
+            Backing::File {
+                path,
+                file,
+                start,
+                count,
+                page,
+                ..
+            } => {
+                if i >= *count {
+                    return Ok(None);
+                }
+                let p = i / PAGE;
+                let mut cached = page.lock().unwrap_or_else(|e| e.into_inner());
+                if cached.as_ref().is_none_or(|(q, _)| *q != p) {
+                    let from = p * PAGE;
+                    let n = PAGE.min(count - from);
+                    let mut v = Vec::with_capacity(n);
+                    read_offsets(path, file, *start, from, n, &mut v)?;
+                    *cached = Some((p, v));
+                }
+                Ok(cached.as_ref().map(|(_, v)| v[i - p * PAGE]))
+            }
+        }
+    }
+
+    /// Offset of chunk `i`, which must exist.
+    pub fn at(&self, i: u64) -> Result<u64> {
+        self.get(i as usize)?.ok_or_else(|| {
+            FormatError::corrupt(
+                self.path(),
+                None,
+                format!("chunk {i} does not exist ({} chunks)", self.len()),
+            )
+        })
+    }
+
+    /// Where chunk `i` ends (its CRC included): where chunk `i+1` starts, the last one at
+    /// the Data.db file size.
+    pub fn end_of(&self, i: u64, data_file_size: u64) -> Result<u64> {
+        Ok(self.get(i as usize + 1)?.unwrap_or(data_file_size))
+    }
+
+    fn path(&self) -> &Path {
+        match &*self.0 {
+            Backing::Memory(_) => Path::new("CompressionInfo.db"),
+            Backing::File { path, .. } => path,
+        }
+    }
+
+    /// Offsets of chunks `[from, to)` in order, streamed in blocks (never all held).
+    pub fn iter(&self, from: u64, to: u64) -> OffsetsIter<'_> {
+        let to = (to as usize).min(self.len());
+        OffsetsIter {
+            offsets: self,
+            next: (from as usize).min(to),
+            to,
+            block: Vec::new(),
+            block_start: 0,
+        }
+    }
+
+    /// Every offset, in memory (small tables, tests, a receiver's check).
+    pub fn to_vec(&self) -> Result<Vec<u64>> {
+        self.iter(0, self.len() as u64).collect()
+    }
+}
+
+/// Reads offsets `[from, from + n)` of a CompressionInfo.db whose offset 0 is at `start`.
+fn read_offsets(
+    path: &Path,
+    file: &File,
+    start: u64,
+    from: usize,
+    n: usize,
+    out: &mut Vec<u64>,
+) -> Result<()> {
+    let mut buf = vec![0u8; n * 8];
+    file.read_exact_at(&mut buf, start + from as u64 * 8)
+        .map_err(|e| FormatError::io(path, e))?;
+    out.clear();
+    out.extend(
+        buf.chunks_exact(8)
+            .map(|b| u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])),
+    );
+    Ok(())
+}
+
+/// Blocks of offsets read per step of an `OffsetsIter` (64 KiB).
+const ITER_BLOCK: usize = 8192;
+
+pub struct OffsetsIter<'a> {
+    offsets: &'a ChunkOffsets,
+    next: usize,
+    to: usize,
+    block: Vec<u64>,
+    block_start: usize,
+}
+
+impl Iterator for OffsetsIter<'_> {
+    type Item = Result<u64>;
+    fn next(&mut self) -> Option<Result<u64>> {
+        if self.next >= self.to {
+            return None;
+        }
+        let i = self.next;
+        self.next += 1;
+        match &*self.offsets.0 {
+            Backing::Memory(v) => v.get(i).copied().map(Ok),
+            Backing::File {
+                path, file, start, ..
+            } => {
+                if i < self.block_start || i >= self.block_start + self.block.len() {
+                    let n = ITER_BLOCK.min(self.to - i);
+                    if let Err(e) = read_offsets(path, file, *start, i, n, &mut self.block) {
+                        self.next = self.to;
+                        return Some(Err(e));
+                    }
+                    self.block_start = i;
+                }
+                Some(Ok(self.block[i - self.block_start]))
+            }
+        }
+    }
 }
 
 impl CompressionInfo {
+    /// Parses CompressionInfo.db held in memory (offsets in memory).
     pub fn parse(file: &Path, bytes: &[u8], version: Version) -> Result<CompressionInfo> {
         let mut r = Reader::new(file, bytes);
+        let (mut ci, count) = Self::parse_header(&mut r, version)?;
+        if r.remaining() != count * 8 {
+            return Err(r.corrupt(format!(
+                "chunk offsets: {count} chunks need {} bytes, {} remain",
+                count * 8,
+                r.remaining()
+            )));
+        }
+        let mut offsets = Vec::with_capacity(count);
+        let mut prev: Option<u64> = None;
+        for i in 0..count {
+            let at = r.offset();
+            let o = r.i64("chunk offset")?;
+            offsets.push(check_offset(file, i, at, o, prev)?);
+            prev = Some(o as u64);
+        }
+        ci.offsets = offsets.into();
+        Ok(ci)
+    }
+
+    /// Opens CompressionInfo.db at `path`: the header read, every offset checked in one
+    /// streamed pass, and the offsets kept in memory only when there are at most
+    /// `IN_MEMORY_CHUNKS` (else read on demand from the file, which stays open).
+    pub fn open(path: &Path, version: Version) -> Result<CompressionInfo> {
+        let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
+        let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
+        // The header is a class name, a few options and five numbers.
+        let head_len = len.min(64 * 1024) as usize;
+        let mut head = vec![0u8; head_len];
+        file.read_exact_at(&mut head, 0)
+            .map_err(|e| FormatError::io(path, e))?;
+        let mut r = Reader::new(path, &head);
+        let parsed = Self::parse_header(&mut r, version);
+        let (mut ci, count) = match parsed {
+            Ok(h) if (h.1 as u64) > IN_MEMORY_CHUNKS as u64 => h,
+            // Small, or a header longer than what was read: all of it in memory.
+            _ => {
+                let mut all = Vec::with_capacity(len as usize);
+                (&file)
+                    .read_to_end(&mut all)
+                    .map_err(|e| FormatError::io(path, e))?;
+                return Self::parse(path, &all, version);
+            }
+        };
+        let start = r.offset();
+        let remaining = len - start;
+        if remaining != count as u64 * 8 {
+            return Err(FormatError::corrupt(
+                path,
+                Some(start),
+                format!(
+                    "chunk offsets: {count} chunks need {} bytes, {remaining} remain",
+                    count * 8
+                ),
+            ));
+        }
+        let mut prev: Option<u64> = None;
+        let mut i = 0;
+        while i < count {
+            let n = ITER_BLOCK.min(count - i);
+            let mut buf = vec![0u8; n * 8];
+            file.read_exact_at(&mut buf, start + i as u64 * 8)
+                .map_err(|e| FormatError::io(path, e))?;
+            for (k, b) in buf.chunks_exact(8).enumerate() {
+                let o = i64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+                let at = start + (i + k) as u64 * 8;
+                prev = Some(check_offset(path, i + k, at, o, prev)?);
+            }
+            i += n;
+        }
+        ci.offsets = ChunkOffsets(Arc::new(Backing::File {
+            path: path.to_path_buf(),
+            file,
+            start,
+            count,
+            last: prev.unwrap_or(0),
+            page: Mutex::new(None),
+        }));
+        Ok(ci)
+    }
+
+    /// Fields 1–6 (through the chunk count); the offsets are left to the caller.
+    fn parse_header(r: &mut Reader, version: Version) -> Result<(CompressionInfo, usize)> {
         let compressor = r.utf("compressor class name")?;
         let at = r.offset();
         let n_options = r.count("compression option count")?;
@@ -85,13 +384,6 @@ impl CompressionInfo {
             return Err(r.corrupt_at(at, format!("chunk count: expected > 0, found {count}")));
         }
         let count = count as usize;
-        if r.remaining() != count * 8 {
-            return Err(r.corrupt(format!(
-                "chunk offsets: {count} chunks need {} bytes, {} remain",
-                count * 8,
-                r.remaining()
-            )));
-        }
         let needed = (data_length as u64).div_ceil(chunk_length as u64);
         if (count as u64) < needed {
             return Err(r.corrupt_at(
@@ -99,33 +391,17 @@ impl CompressionInfo {
                 format!("chunk count {count} is too small: data length {data_length} needs {needed} chunks of {chunk_length}"),
             ));
         }
-        let mut offsets = Vec::with_capacity(count);
-        let mut prev: Option<u64> = None;
-        for i in 0..count {
-            let at = r.offset();
-            let o = r.i64("chunk offset")?;
-            // Each chunk is at least its 4-byte CRC, so offsets strictly increase by >= 4.
-            let ok = o >= 0 && prev.is_none_or(|p| o as u64 >= p + 4);
-            if !ok {
-                return Err(r.corrupt_at(
-                    at,
-                    format!(
-                        "chunk offset {i} = {o}: expected >= {} (offsets increase by at least the 4-byte CRC)",
-                        prev.map_or(0, |p| p + 4)
-                    ),
-                ));
-            }
-            offsets.push(o as u64);
-            prev = Some(o as u64);
-        }
-        Ok(CompressionInfo {
-            compressor,
-            options,
-            chunk_length: chunk_length as u32,
-            max_compressed_length,
-            data_length: data_length as u64,
-            offsets,
-        })
+        Ok((
+            CompressionInfo {
+                compressor,
+                options,
+                chunk_length: chunk_length as u32,
+                max_compressed_length,
+                data_length: data_length as u64,
+                offsets: ChunkOffsets::default(),
+            },
+            count,
+        ))
     }
 
     /// The header (fields 1–5) as Cassandra writes it; children copy it verbatim.
@@ -142,15 +418,15 @@ impl CompressionInfo {
         }
     }
 
-    pub fn serialize(&self) -> Vec<u8> {
+    pub fn serialize(&self) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(64 + self.offsets.len() * 8);
         self.serialize_header(&mut out);
         out.put_i64(self.data_length as i64);
         out.put_i32(self.offsets.len() as i32);
-        for o in &self.offsets {
-            out.put_i64(*o as i64);
+        for o in self.offsets.iter(0, self.offsets.len() as u64) {
+            out.put_i64(o? as i64);
         }
-        out
+        Ok(out)
     }
 
     pub fn chunk_count(&self) -> usize {
@@ -171,15 +447,15 @@ impl CompressionInfo {
 
     /// File range `[start, end)` of chunk `i` including its CRC: chunk i ends where chunk
     /// i+1 starts, and the last at the Data.db file size.
-    pub fn chunk_span(&self, i: usize, data_file_size: u64) -> (u64, u64) {
-        let start = self.offsets[i];
-        let end = self.offsets.get(i + 1).copied().unwrap_or(data_file_size);
-        (start, end)
+    pub fn chunk_span(&self, i: usize, data_file_size: u64) -> Result<(u64, u64)> {
+        let start = self.offsets.at(i as u64)?;
+        let end = self.offsets.end_of(i as u64, data_file_size)?;
+        Ok((start, end))
     }
 
     /// Checks what only the Data.db size can tell: the last chunk has room for its CRC.
     pub fn check_data_size(&self, file: &Path, data_file_size: u64) -> Result<()> {
-        let last = *self.offsets.last().unwrap_or(&0);
+        let last = self.offsets.last().unwrap_or(0);
         if data_file_size < last + 4 {
             return Err(FormatError::corrupt(
                 file,
@@ -202,6 +478,23 @@ impl CompressionInfo {
         self.max_compressed_length
             .is_some_and(|m| payload_len as u64 >= m as u64)
     }
+}
+
+/// Chunk offset `i` (read at file offset `at`) after `prev`: each chunk is at least its
+/// 4-byte CRC, so offsets strictly increase by >= 4.
+fn check_offset(file: &Path, i: usize, at: u64, o: i64, prev: Option<u64>) -> Result<u64> {
+    let ok = o >= 0 && prev.is_none_or(|p| o as u64 >= p + 4);
+    if !ok {
+        return Err(FormatError::corrupt(
+            file,
+            Some(at),
+            format!(
+                "chunk offset {i} = {o}: expected >= {} (offsets increase by at least the 4-byte CRC)",
+                prev.map_or(0, |p| p + 4)
+            ),
+        ));
+    }
+    Ok(o as u64)
 }
 
 /// The compressors Cassandra ships (`schema/CompressionParams`). A class name without a
@@ -367,7 +660,7 @@ mod tests {
                 .filter(|v| v.has_max_compressed_length())
                 .map(|_| i32::MAX as u32),
             data_length: 40000,
-            offsets: vec![0, 100, 250],
+            offsets: vec![0, 100, 250].into(),
         }
     }
 
@@ -375,21 +668,21 @@ mod tests {
     fn round_trip_both_layouts() {
         for v in ["md", "nb"] {
             let ci = sample(v);
-            let bytes = ci.serialize();
+            let bytes = ci.serialize().unwrap();
             let back =
                 CompressionInfo::parse(Path::new("c"), &bytes, Version::parse(v).unwrap()).unwrap();
             assert_eq!(back, ci);
-            assert_eq!(back.serialize(), bytes);
+            assert_eq!(back.serialize().unwrap(), bytes);
         }
     }
 
     #[test]
     fn rejects_unordered_offsets_and_short_counts() {
         let mut ci = sample("nb");
-        ci.offsets = vec![0, 300, 250];
+        ci.offsets = vec![0, 300, 250].into();
         let e = CompressionInfo::parse(
             Path::new("c"),
-            &ci.serialize(),
+            &ci.serialize().unwrap(),
             Version::parse("nb").unwrap(),
         )
         .unwrap_err();
@@ -398,11 +691,61 @@ mod tests {
         ci.data_length = 16384 * 3 + 1;
         let e = CompressionInfo::parse(
             Path::new("c"),
-            &ci.serialize(),
+            &ci.serialize().unwrap(),
             Version::parse("nb").unwrap(),
         )
         .unwrap_err();
         assert!(e.to_string().contains("too small"), "{e}");
+    }
+
+    /// More than `IN_MEMORY_CHUNKS` chunks: `open` reads the offsets on demand, and they
+    /// are the ones `parse` holds; a bad offset deep in the file is found at open.
+    #[test]
+    fn many_offsets_are_read_on_demand() {
+        let dir = std::env::temp_dir().join(format!("cleave-ci-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nb-1-big-CompressionInfo.db");
+        let n = IN_MEMORY_CHUNKS * 3 + 17;
+        let mut ci = sample("nb");
+        ci.data_length = n as u64 * 16384;
+        ci.offsets = (0..n as u64)
+            .map(|i| i * 7000 + i % 13)
+            .collect::<Vec<_>>()
+            .into();
+        let bytes = ci.serialize().unwrap();
+        std::fs::write(&path, &bytes).unwrap();
+        let v = Version::parse("nb").unwrap();
+        let lazy = CompressionInfo::open(&path, v).unwrap();
+        assert!(lazy.offsets.on_demand() && !ci.offsets.on_demand());
+        assert_eq!(lazy, ci);
+        assert_eq!(lazy.serialize().unwrap(), bytes);
+        for i in [0, 1, PAGE - 1, PAGE, n / 2, n - 1] {
+            assert_eq!(
+                lazy.offsets.get(i).unwrap(),
+                ci.offsets.get(i).unwrap(),
+                "{i}"
+            );
+        }
+        assert_eq!(lazy.offsets.get(n).unwrap(), None);
+        let window: Vec<u64> = lazy.offsets.iter(5000, 9000).map(|o| o.unwrap()).collect();
+        assert_eq!(
+            window,
+            (5000..9000u64)
+                .map(|i| i * 7000 + i % 13)
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(lazy.chunk_span(n - 1, 1 << 40).unwrap().1, 1 << 40);
+        // Offset 20,000 goes backwards: the open fails and names it and its file offset.
+        let mut bad = bytes.clone();
+        let at = bytes.len() - (n - 20_000) * 8;
+        bad[at..at + 8].copy_from_slice(&5i64.to_be_bytes());
+        std::fs::write(&path, &bad).unwrap();
+        let e = CompressionInfo::open(&path, v).unwrap_err().to_string();
+        assert!(
+            e.contains("chunk offset 20000") && e.contains(&format!("offset {at}")),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

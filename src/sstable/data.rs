@@ -79,7 +79,7 @@ impl DataReader {
                 ),
             ));
         }
-        let (start, end) = ci.chunk_span(i, self.file_size);
+        let (start, end) = ci.chunk_span(i, self.file_size)?;
         if end < start + 4 || end > self.file_size {
             return Err(FormatError::corrupt(
                 &self.path,

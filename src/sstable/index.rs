@@ -89,6 +89,33 @@ impl IndexReader<File> {
     }
 }
 
+/// A `Read` over a shared file by `pread` from a position: point reads of Index.db that
+/// neither move a shared cursor nor open the file again.
+pub struct ReadAt<'a> {
+    file: &'a File,
+    pos: u64,
+}
+
+impl Read for ReadAt<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = self.file.read_at(out, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl<'a> IndexReader<ReadAt<'a>> {
+    /// Reads `file` (of `file_len` bytes) from `offset`, which must be where an entry
+    /// starts, through a `buffer`-byte buffer (grown only for an entry larger than it).
+    pub fn at(path: &Path, file: &'a File, file_len: u64, offset: u64, buffer: usize) -> Self {
+        let mut r = IndexReader::new(path, ReadAt { file, pos: offset }, file_len);
+        r.buf = vec![0; buffer.max(64)];
+        r.offset = offset;
+        r
+    }
+}
+
 impl<'b> IndexReader<&'b [u8]> {
     pub fn from_bytes(path: &Path, bytes: &'b [u8]) -> Self {
         IndexReader::new(path, bytes, bytes.len() as u64)
@@ -120,6 +147,11 @@ impl<R: Read> IndexReader<R> {
 
     pub fn entries_read(&self) -> u64 {
         self.entries
+    }
+
+    /// Index.db offset of the next entry (the end of the last one read).
+    pub fn offset(&self) -> u64 {
+        self.offset
     }
 
     fn corrupt(&self, offset: u64, what: String) -> FormatError {

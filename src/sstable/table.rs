@@ -163,7 +163,7 @@ impl SSTable {
         let compression = match size_of(&Component::CompressionInfo) {
             Some(_) => {
                 let p = descriptor.path(&Component::CompressionInfo);
-                let ci = CompressionInfo::parse(&p, &read(&p)?, descriptor.version)?;
+                let ci = CompressionInfo::open(&p, descriptor.version)?;
                 ci.check_data_size(&data_path, data_file_size)?;
                 Some(ci)
             }
@@ -451,7 +451,7 @@ fn check(
         for i in 0..ci.chunk_count() {
             d.chunk(i)?;
             report.chunks_checked += 1;
-            let (s, e) = ci.chunk_span(i, t.data_file_size);
+            let (s, e) = ci.chunk_span(i, t.data_file_size)?;
             progress(CheckProgress::DataBytes(e - s));
         }
     } else if let Some(crc) = t.chunk_checksums()? {

@@ -686,7 +686,10 @@ impl Receiver {
             let ci = CompressionInfo::parse(&path, &bytes, version)
                 .map_err(|e| StreamError::Corrupt(e.to_string()))?;
             Ok(Chunking::Compressed {
-                offsets: ci.offsets,
+                offsets: ci
+                    .offsets
+                    .to_vec()
+                    .map_err(|e| StreamError::Corrupt(e.to_string()))?,
             })
         } else {
             let c = ChunkChecksums::parse(&path, &bytes)
