@@ -272,3 +272,64 @@ fn corpus_split_at_partition_tokens_every_layout() {
         &[None, Some(Layout::Copy), Some(Layout::Regrid)],
     );
 }
+
+/// The sampled plan (Summary.db + point reads) equals the full index pass's on every real
+/// sstable of the corpus, for --parts 2..=5, token boundaries and vnode-like ranges; and
+/// most real summaries are usable (full sampling), so the sampled path is what runs.
+#[test]
+fn corpus_sampled_plans_equal_the_index_pass() {
+    use cleave::split::plan::PlanSource;
+    use cleave::split::spec::{RepairSession, RepairedRanges};
+    use cleave::split::Parent;
+    use cleave::sstable::TokenRange;
+    let Some(shared) = corpus_or_skip("sampled plans") else {
+        return;
+    };
+    let (mut sampled, mut fallback) = (0, 0);
+    for r in manifest(&shared)
+        .into_iter()
+        .filter(|r| is_supported_big(r) && !is_damaged(r) && r.partitions >= 1)
+    {
+        let Ok(parent) = Parent::open(&r.data_db) else {
+            continue;
+        };
+        let ptokens = tokens(&r.data_db);
+        let mut cuts: Vec<Cut> = (2..=5).map(Cut::Parts).collect();
+        let mut b: Vec<Token> = ptokens.iter().step_by(3).cloned().collect();
+        b.dedup();
+        cuts.push(Cut::Tokens(b.clone()));
+        if b.len() >= 2 {
+            cuts.push(Cut::Ranges(RepairedRanges {
+                full: b
+                    .windows(2)
+                    .step_by(2)
+                    .map(|w| TokenRange::new(w[0].clone(), w[1].clone()))
+                    .collect(),
+                transient: Vec::new(),
+                session: RepairSession::RepairedAt(1),
+            }));
+        }
+        for cut in &cuts {
+            let policy = Policy::default();
+            let a = parent.plan(cut, &policy).unwrap();
+            let full = parent.plan_index_pass(cut, &policy).unwrap();
+            assert_eq!(full.source, PlanSource::IndexPass);
+            assert_eq!(a.partitions, r.partitions, "{}", r.data_db.display());
+            assert_eq!(
+                a.children,
+                full.children,
+                "{} {cut:?}: the sampled plan differs",
+                r.data_db.display()
+            );
+            match a.source {
+                PlanSource::SummarySamples => sampled += 1,
+                PlanSource::IndexPass => fallback += 1,
+            }
+        }
+    }
+    eprintln!("{sampled} plans from Summary.db samples, {fallback} from the index pass");
+    assert!(
+        sampled > 100,
+        "only {sampled} sampled plans ({fallback} fell back)"
+    );
+}

@@ -48,6 +48,15 @@ impl From<BatchError> for WriteError {
     }
 }
 
+/// A parent entry read and not yet routed (its end is the next entry's position).
+struct Pending {
+    ordinal: u64,
+    key: Vec<u8>,
+    position: u64,
+    promoted: Vec<u8>,
+    index_offset: u64,
+}
+
 /// A child being written during the index pass.
 struct Open {
     desc: Descriptor,
@@ -159,7 +168,7 @@ impl Plan {
         let mut parent_fp = Fingerprint::default();
         let mut seg = 0usize;
         // The previous parent entry, flushed when the next one tells where it ends.
-        let mut pending: Option<(u64, Vec<u8>, u64, Vec<u8>, u64)> = None;
+        let mut pending: Option<Pending> = None;
         let mut r = t.index_reader()?;
         let index_total = t.size_of(&Component::Index).unwrap_or(0);
         let mut ordinal = 0u64;
@@ -174,7 +183,14 @@ impl Plan {
                     e.index_offset,
                 )
             });
-            if let Some((p_ord, key, pos, promoted, off)) = pending.take() {
+            if let Some(Pending {
+                ordinal: p_ord,
+                key,
+                position: pos,
+                promoted,
+                index_offset: off,
+            }) = pending.take()
+            {
                 let end = next.as_ref().map_or(data_length, |n| n.0);
                 while seg < segments.len() && segments[seg].1 < p_ord {
                     seg += 1;
@@ -255,7 +271,13 @@ impl Plan {
             let Some((pos, key, promoted, off)) = next else {
                 break;
             };
-            pending = Some((ordinal, key, pos, promoted, off));
+            pending = Some(Pending {
+                ordinal,
+                key,
+                position: pos,
+                promoted,
+                index_offset: off,
+            });
             ordinal += 1;
             if off - last_progress > (1 << 20) {
                 progress(Progress::Index {

@@ -472,8 +472,10 @@ impl CompressionInfo {
         Codec::from_class_name(&self.compressor)
     }
 
-    /// Whether a stored payload of this length is raw (`na`+: `length >= maxCompressedLength`,
-    /// `CompressedChunkReader`), rather than compressor output.
+    /// Whether a stored payload of this length is raw (`na`+: `CompressedChunkReader.Standard
+    /// .readChunk` and `Mmap.readChunk` uncompress only when `chunk.length <
+    /// maxCompressedLength`, 4.x/5.0 source read in docs/split.md), rather than compressor
+    /// output.
     pub fn is_stored_raw(&self, payload_len: usize) -> bool {
         self.max_compressed_length
             .is_some_and(|m| payload_len as u64 >= m as u64)

@@ -114,7 +114,9 @@ impl DataReader {
         let chunk_length = ci.chunk_length as usize;
         let mut out = self.cached.take().map(|c| c.1).unwrap_or_default();
         if ci.is_stored_raw(payload_len) {
-            // `na`+ raw chunk: at most chunkLength bytes of data, zero-padded to
+            // `na`+ raw chunk (`CompressedChunkReader.Standard.readChunk`: `chunk.length >=
+            // maxCompressedLength` reads the stored bytes as the content, up to the
+            // `chunkLength` buffer): at most chunkLength bytes of data, zero-padded to
             // maxCompressedLength (CompressedSequentialWriter).
             out.clear();
             out.extend_from_slice(&stored[..payload_len.min(chunk_length)]);
