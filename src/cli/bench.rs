@@ -168,6 +168,10 @@ pub struct SplitBenchArgs {
     /// digest-full, digest-combine, aligned, padded, cp, cp-reflink (default: all).
     #[arg(long, value_delimiter = ',')]
     pub configs: Option<Vec<String>>,
+    /// Another cleave binary (e.g. a build of main): every `aligned, no digest` run of a
+    /// compressible parent is repeated with it in the same run, for a before/after.
+    #[arg(long)]
+    pub baseline_exe: Option<PathBuf>,
     /// Skip the warm-cache digest runs at the largest size and the readahead-0 `combine`
     /// runs at the smallest.
     #[arg(long)]
@@ -196,6 +200,7 @@ fn run_split(a: SplitBenchArgs) -> Result<ExitCode> {
         random_size: a.random_size,
         random_cut_sets: a.random_cut_sets,
         configs: a.configs,
+        baseline_exe: a.baseline_exe,
         no_warm: a.no_warm,
         report_dir: a.report_dir,
         iterations: a.common.iterations,

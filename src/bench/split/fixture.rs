@@ -253,6 +253,7 @@ pub fn run_fixture(
 
     let xfs_ctx = RunCtx {
         exe,
+        baseline_exe: a.baseline_exe.as_deref(),
         parts: a.parts,
         parent: &xfs_parent,
         out: &out_xfs,
@@ -261,6 +262,7 @@ pub fn run_fixture(
     };
     let plain_ctx = plain.as_ref().map(|(_, p, o)| RunCtx {
         exe,
+        baseline_exe: a.baseline_exe.as_deref(),
         parts: a.parts,
         parent: p,
         out: o,

@@ -210,6 +210,7 @@ fn fingerprint(v: &Value) -> Option<Fingerprint> {
 
 pub struct RunCtx<'a> {
     pub exe: &'a Path,
+    pub baseline_exe: Option<&'a Path>,
     pub parts: usize,
     pub parent: &'a Parent,
     pub out: &'a Path,
@@ -249,8 +250,13 @@ pub fn run_once(
             layout,
             digest,
             random_cuts,
+            baseline,
         } => {
-            cmd = Command::new(ctx.exe);
+            cmd = Command::new(match (baseline, ctx.baseline_exe) {
+                (true, Some(b)) => b,
+                (true, None) => bail!("{}: no baseline binary", config.name),
+                (false, _) => ctx.exe,
+            });
             cmd.arg("split")
                 .arg(&ctx.parent.data)
                 .arg("--out")

@@ -58,6 +58,9 @@ pub struct SplitBenchOptions {
     pub random_cut_sets: u32,
     /// Only these configurations ([`Config::key`]); `None` runs all of them.
     pub configs: Option<Vec<String>>,
+    /// Another cleave binary (e.g. main's engine): every `aligned, no digest` run of a
+    /// compressible parent is repeated with it, side by side.
+    pub baseline_exe: Option<PathBuf>,
     /// Skip the warm-cache digest runs at the largest size and the readahead-0 `combine`
     /// runs at the smallest.
     pub no_warm: bool,
@@ -88,6 +91,8 @@ pub enum Tool {
         /// `--tokens` at seeded random cuts (the iteration is the seed) instead of
         /// `--parts`.
         random_cuts: bool,
+        /// Run by [`SplitBenchOptions::baseline_exe`] instead of this binary.
+        baseline: bool,
     },
     /// `cp --reflink=never` (coreutils 9 reflinks by default on XFS).
     Cp,
@@ -118,6 +123,7 @@ const fn split(
             layout,
             digest,
             random_cuts: false,
+            baseline: false,
         },
         fs,
     }
@@ -162,6 +168,21 @@ pub const ALIGNED_RANDOM_CUTS: Config = Config {
         layout: "aligned",
         digest: "off",
         random_cuts: true,
+        baseline: false,
+    },
+    fs: Fs::Xfs,
+};
+/// `aligned, no digest` by another build of cleave (`--baseline-exe`), on the same parents
+/// in the same run: a before/after of the engine that shares every fixture and every
+/// patch of machine load.
+pub const ALIGNED_BASELINE: Config = Config {
+    key: "aligned",
+    name: "aligned, no digest (baseline binary)",
+    tool: Tool::Split {
+        layout: "aligned",
+        digest: "off",
+        random_cuts: false,
+        baseline: true,
     },
     fs: Fs::Xfs,
 };
@@ -263,13 +284,21 @@ fn fixtures(a: &SplitBenchOptions, sizes: &[u64]) -> Result<Vec<Fixture>> {
     }
     let largest = *sizes.last().context("no sizes")?;
     let smallest = sizes[0];
+    let with_baseline = |mut v: Vec<Config>| {
+        if a.baseline_exe.is_some() {
+            if let Some(i) = v.iter().position(|c| c.name == ALIGNED.name) {
+                v.insert(i + 1, ALIGNED_BASELINE);
+            }
+        }
+        v
+    };
     let mut v: Vec<Fixture> = sizes
         .iter()
         .map(|&size| Fixture {
             size,
             partition_size: a.partition_size,
             content: Content::Compressible,
-            configs: MAIN.iter().copied().filter(selected).collect(),
+            configs: with_baseline(MAIN.iter().copied().filter(selected).collect()),
             warm: if size == largest && !a.no_warm {
                 WARM.iter().copied().filter(selected).collect()
             } else {
@@ -289,7 +318,7 @@ fn fixtures(a: &SplitBenchOptions, sizes: &[u64]) -> Result<Vec<Fixture>> {
             size: a.wide_size.unwrap_or(largest),
             partition_size: a.wide_partition_size,
             content: Content::Compressible,
-            configs: vec![ALIGNED],
+            configs: with_baseline(vec![ALIGNED]),
             warm: Vec::new(),
             no_readahead: Vec::new(),
             cut_sets: 0,
@@ -302,7 +331,7 @@ fn fixtures(a: &SplitBenchOptions, sizes: &[u64]) -> Result<Vec<Fixture>> {
             size: random_size,
             partition_size: a.partition_size,
             content: Content::Random,
-            configs: vec![ALIGNED],
+            configs: with_baseline(vec![ALIGNED]),
             warm: Vec::new(),
             no_readahead: Vec::new(),
             cut_sets: a.random_cut_sets,

@@ -12,8 +12,8 @@ use serde_json::Value;
 use super::fixture::ParentInfo;
 use super::measure::Run;
 use super::{
-    Content, Fs, SplitBenchOptions, ALIGNED, COMBINE_RA0, CP, CP_REFLINK, DIGEST_COMBINE, GIB,
-    MAIN, MIB, REGRID, WARM,
+    Content, Fs, SplitBenchOptions, ALIGNED, ALIGNED_BASELINE, COMBINE_RA0, CP, CP_REFLINK,
+    DIGEST_COMBINE, GIB, MAIN, MIB, REGRID, WARM,
 };
 use crate::bench::Stat;
 use crate::io::proc;
@@ -289,12 +289,12 @@ impl Report<'_> {
     /// least-squares fit through every cold run of a compressible parent (every size, and
     /// the wide partitions, which separate the partition term from the chunk term).
     /// Returns the fit and the number of parents it went through.
-    fn cpu_fit(&self) -> Option<((f64, f64, f64), usize)> {
+    fn cpu_fit(&self, config: &str) -> Option<((f64, f64, f64), usize)> {
         let pts: Vec<[f64; 4]> = self
             .rows
             .iter()
             .filter(|r| {
-                r.config == ALIGNED.name && r.cache == "cold" && r.content == Content::Compressible
+                r.config == config && r.cache == "cold" && r.content == Content::Compressible
             })
             .filter_map(|r| {
                 let p = self.parent(r.size_bytes, r.partition_size, r.content)?;
@@ -331,12 +331,12 @@ impl Report<'_> {
     }
 
     /// The `aligned, no digest` rows of the sweep (64 KiB partitions), by size.
-    fn aligned_by_size(&self) -> Vec<&Row> {
+    fn aligned_by_size(&self, config: &str) -> Vec<&Row> {
         let mut v: Vec<&Row> = self
             .rows
             .iter()
             .filter(|r| {
-                r.config == ALIGNED.name
+                r.config == config
                     && r.cache == "cold"
                     && r.content == Content::Compressible
                     && r.partition_size == self.a.partition_size
@@ -388,7 +388,7 @@ impl Report<'_> {
                 ));
             }
         }
-        if let Some(((_, per_partition, per_chunk), n)) = self.cpu_fit() {
+        if let Some(((_, per_partition, per_chunk), n)) = self.cpu_fit(ALIGNED.name) {
             let us = |v: f64| format!("{:.3} µs", v * 1e6);
             t.push(ratio_target(
                 &format!("CPU a partition (least-squares fit through {n} parents)"),
@@ -403,7 +403,7 @@ impl Report<'_> {
                 &us,
             ));
         }
-        let by_size = self.aligned_by_size();
+        let by_size = self.aligned_by_size(ALIGNED.name);
         for r in &by_size {
             t.push(ratio_target(
                 &format!(
@@ -461,7 +461,11 @@ impl Report<'_> {
         let random: Vec<&Row> = self
             .rows
             .iter()
-            .filter(|r| r.content == Content::Random && r.children_fallback.is_some())
+            .filter(|r| {
+                r.content == Content::Random
+                    && r.children_fallback.is_some()
+                    && r.config != ALIGNED_BASELINE.name
+            })
             .collect();
         if !random.is_empty() {
             let children: usize = random.iter().map(|r| r.children_sum).sum();
@@ -772,9 +776,12 @@ the children's matched it in {} of {} split runs of this benchmark (all sizes). 
     }
 
     // CPU = fixed + per partition + per chunk, least squares through every parent.
-    if let Some((fit, n)) = rep.cpu_fit() {
+    for (config, fit, n) in [ALIGNED.name, ALIGNED_BASELINE.name]
+        .into_iter()
+        .filter_map(|c| rep.cpu_fit(c).map(|(f, n)| (c, f, n)))
+    {
         s.push_str(&format!(
-            "CPU of `aligned, no digest` fitted (least squares) to fixed + per partition + per chunk \
+            "CPU of `{config}` fitted (least squares) to fixed + per partition + per chunk \
 through the cold runs of {n} parents (every size of {} partitions, and {} partitions): \
 {:.0} ms + {:.3} µs a partition + {:.4} µs a chunk.\n\n",
             size_label(a.partition_size),
@@ -786,7 +793,34 @@ through the cold runs of {n} parents (every size of {} partitions, and {} partit
     }
 
     // aligned by size, against cp of the same parent in the same run
-    let by_size = rep.aligned_by_size();
+    let by_size = rep.aligned_by_size(ALIGNED.name);
+    let before = rep.aligned_by_size(ALIGNED_BASELINE.name);
+    if !before.is_empty() {
+        s.push_str("### Before/after: `aligned, no digest`, this binary against the baseline binary, same parents, same run, cold\n\n| parent | partitions | chunks | wall before | wall after | CPU before | CPU after | peak RSS before | peak RSS after | read before | read after | written before | written after |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+        for b in &before {
+            let Some(r) = by_size.iter().find(|r| r.size_bytes == b.size_bytes) else {
+                continue;
+            };
+            let p = rep.parent(b.size_bytes, b.partition_size, b.content);
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {:.3} s | {:.3} s | {} | {} | {} | {} | {} | {} |\n",
+                size_label(b.size_bytes),
+                p.map_or(0, |p| p.partitions),
+                p.map_or(0, |p| p.chunks),
+                secs_show(&b.wall_s),
+                secs_show(&r.wall_s),
+                b.cpu_s.median,
+                r.cpu_s.median,
+                human(b.peak_rss_bytes.median),
+                human(r.peak_rss_bytes.median),
+                human(b.read_bytes.median),
+                human(r.read_bytes.median),
+                human(b.write_bytes.median),
+                human(r.write_bytes.median),
+            ));
+        }
+        s.push('\n');
+    }
     if !by_size.is_empty() {
         s.push_str("### `aligned, no digest` by parent size, cold\n\n| parent | partitions | chunks | Index side | wall | × faster than cp --reflink=never | ÷ cp --reflink=always | CPU | read | written | peak RSS | load (1 min) |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
     }
