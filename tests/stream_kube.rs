@@ -504,29 +504,32 @@ fn range_streams_between_two_sidecars_on_a_real_apiserver() {
     // 2. The receiver killed mid-stream: the source shows the retry with its reason and
     //    resumes once the receiver is back; a receiver that never answers fails the
     //    stream with Unreachable after the bounded retries.
-    env.apply_stream(
-        "rs-kill",
-        &["small"],
-        WIDE,
-        "  maxBytesPerSecond: 1048576\n",
-    );
+    // Half the ring of the generated sstable at 64 MiB/s, killed once the receiver holds
+    // more than its 64 MiB checkpoint interval (a SIGKILL keeps only checkpointed bytes).
+    const HALF: &str = "-9000000000000000000:0";
+    env.apply_stream("rs-kill", &["big"], HALF, "  maxBytesPerSecond: 67108864\n");
     let dead = format!("127.0.0.1:{}", free_port());
     env.apply_stream_to("rs-dead", &["c0"], &corpus_ranges[0], &dead, "");
     let id = env
         .cluster
         .wait("rs-kill sending", Duration::from_secs(60), || {
             let s = env.stream("rs-kill");
-            let id = s["status"]["stream"]["currentTransfer"]
-                .as_str()?
-                .to_string();
-            let staged = env.staging.join("transfers").join(&id);
-            std::fs::read_dir(&staged)
-                .ok()?
-                .flatten()
-                .any(|e| e.file_name().to_string_lossy().ends_with(".offset"))
-                .then_some(id)
+            s["status"]["stream"]["currentTransfer"]
+                .as_str()
+                .filter(|id| id.contains(".big."))
+                .map(str::to_string)
         });
-    std::thread::sleep(Duration::from_millis(1500));
+    let staged_data = env.staging.join("transfers").join(&id).join("Data.db");
+    let t = Instant::now();
+    while std::fs::metadata(&staged_data).map_or(0, |m| m.len()) < 72 << 20 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "rs-kill: {} never reached 72 MiB: {}",
+            staged_data.display(),
+            env.stream("rs-kill")["status"]
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     drop(n2.take());
     let retrying = env
         .cluster
@@ -547,7 +550,7 @@ fn range_streams_between_two_sidecars_on_a_real_apiserver() {
         "False",
         "{st}"
     );
-    check_children(&env, &st, &[("small", small.clone())], WIDE);
+    check_children(&env, &st, &[("big", big.clone())], HALF);
     let m = http_get(m1, "/metrics").unwrap();
     let resumes = m
         .lines()
