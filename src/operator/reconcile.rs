@@ -187,7 +187,7 @@ impl Blocked {
     pub fn message(&self) -> String {
         match self {
             Blocked::TableBusy { other, tables } => format!(
-                "waits for {other}, which is anticompacting {tables} on this node: jobs on one table run one at a time"
+                "waits for {other}, which works on {tables} on this node: jobs and streams on one table run one at a time"
             ),
             Blocked::ConcurrencyLimit { max } => format!(
                 "waits for a slot: {max} jobs already run on this node (--max-concurrent-jobs)"

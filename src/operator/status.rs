@@ -624,6 +624,80 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_retry_is_a_condition_that_recovery_or_failure_turns_false() {
+        let running = next(
+            &JobStatus::default(),
+            Event::Claimed { identity: "me" },
+            None,
+            T0,
+        )
+        .status;
+        assert!(running.conditions.iter().all(|c| c.type_ != "Retrying"));
+        let quiet = next(&running, Event::Recovered { identity: "me" }, None, T0);
+        assert!(quiet.note.is_none(), "nothing to recover from");
+        assert!(quiet
+            .status
+            .conditions
+            .iter()
+            .all(|c| c.type_ != "Retrying"));
+        let r = next(
+            &running,
+            Event::Retrying {
+                identity: "me",
+                reason: "Unreachable",
+                message: "attempt 1 of 6 failed",
+            },
+            None,
+            T0 + 1,
+        );
+        assert_eq!(cond(&r.status, "Retrying").status, "True");
+        assert_eq!(cond(&r.status, "Retrying").reason, "Unreachable");
+        assert_eq!(r.status.phase, Some(Phase::Running));
+        let n = r.note.unwrap();
+        assert_eq!(
+            (n.type_, n.reason.as_str()),
+            (EventType::Warning, "Retrying")
+        );
+        let ok = next(&r.status, Event::Recovered { identity: "me" }, None, T0 + 2);
+        assert_eq!(cond(&ok.status, "Retrying").status, "False");
+        assert_eq!(ok.note.unwrap().reason, "Recovered");
+        let failed = next(
+            &r.status,
+            Event::Failed {
+                reason: "Unreachable",
+                message: "after 6 attempts",
+            },
+            None,
+            T0 + 3,
+        );
+        assert_eq!(cond(&failed.status, "Retrying").status, "False");
+        assert_eq!(failed.status.phase, Some(Phase::Failed));
+    }
+
+    #[test]
+    fn a_finished_stream_says_what_reached_the_receiver() {
+        let st = JobStatus {
+            stream: Some(StreamStatus {
+                bytes_total: 10,
+                bytes_sent: 10,
+                children_done: 2,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let t = next(&st, Event::Finished { planned: false }, None, T0);
+        assert!(
+            t.status
+                .message
+                .as_deref()
+                .unwrap()
+                .starts_with("2 children of 0 sstables"),
+            "{:?}",
+            t.status.message
+        );
+    }
+
+    #[test]
     fn conditions_keep_transition_time_when_unchanged() {
         let mut c = Vec::new();
         set_condition(&mut c, "Running", true, "Started", "", Some(1), "t1");

@@ -653,6 +653,8 @@ async fn execute<S: Store>(
             let id = child.source.manifest.transfer.clone();
             sender.stream.current_transfer = Some(id.clone());
             *in_flight = Some((ep.clone(), id.clone()));
+            // Written before the first byte: a deletion from now on knows what to cancel.
+            sender.write_progress(0).await;
             let report = send_one(sender, &ep, child, &opts, cancel).await?;
             *in_flight = None;
             let v = report.verdict.unwrap_or_else(|| crate::stream::Verdict {

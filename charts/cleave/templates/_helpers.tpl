@@ -97,6 +97,7 @@ restart every storage node's sidecar.
     - --stream-addr=0.0.0.0:{{ $v.stream.port }}
     - --stream-staging={{ include "cleave.streamStaging" $root }}
     - --stream-max-transfers={{ $v.stream.maxTransfers }}
+    - --stream-service-port={{ $v.stream.port }}
     {{- if $v.stream.secretName }}
     {{- if $v.stream.token }}
     - --stream-token-file={{ include "cleave.streamSecretDir" $root }}/token
