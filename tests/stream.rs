@@ -1507,3 +1507,120 @@ fn a_receiver_disk_filling_up_while_writing_is_insufficient_space_and_staging_cl
     assert_eq!(json(&s)[0]["verdict"]["ok"], true);
     drop(recv);
 }
+
+/// cqlite's rows of each sstable, in order, concatenated (cqlite_dump.py refuses to merge
+/// several ByteOrdered sstables, so each is read alone).
+fn cqlite_rows_of(r: &ManifestRow, data: &[PathBuf]) -> Vec<serde_json::Value> {
+    let mut rows = Vec::new();
+    for d in data {
+        let got = cqlite_rows(r, d).expect("a schema for cqlite");
+        rows.extend(got.as_array().unwrap().iter().cloned());
+    }
+    rows
+}
+
+#[test]
+fn range_children_of_na_nb_oa_sstables_hold_the_parents_cqlite_rows_in_the_ranges() {
+    let Some(shared) = corpus_or_skip("stream ranges cqlite") else {
+        return;
+    };
+    if !cqlite_available() {
+        eprintln!("SKIP stream ranges cqlite: python package cqlite-py is not installed");
+        return;
+    }
+    // The corpus's na/nb/oa sstables (the versions cqlite reads) are Cassandra's legacy
+    // fixtures: ByteOrderedPartitioner, a text partition key `pk` of "0".."4" (tokens are
+    // the key's bytes, 0x30..0x34), 50 rows each. `legacy_<v>_clust` has the most chunks
+    // (6 of 64 KiB for na, 21 of 16 KiB for nb/oa), so its children carry parent chunk
+    // runs as well as re-encoded boundary chunks.
+    let rows = manifest(&shared);
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, targs) = token_args(tmp.path(), "tok");
+    let t: Vec<&str> = targs.iter().map(String::as_str).collect();
+    let recv = serve(&tmp.path().join("recv"), &t);
+    let mut compared = 0;
+    for v in ["na", "nb", "oa"] {
+        let r = rows
+            .iter()
+            .find(|r| {
+                r.version == v
+                    && is_supported_big(r)
+                    && r.compressed
+                    && !r.invalid
+                    && r.table.ends_with(&format!("legacy_{v}_clust"))
+            })
+            .unwrap_or_else(|| panic!("no legacy_{v}_clust in the corpus"));
+        let data = copy_sstable(&r.data_db, &tmp.path().join(format!("src-{v}")));
+        let parent = cqlite_rows_of(r, std::slice::from_ref(&data));
+        assert_eq!(parent.len(), 250, "{v}: the fixture's rows");
+        // (l, r] in hex key bytes: one range inside the sstable, then two at its ends.
+        for (i, (ranges, children)) in [("30:32", 1), ("2f:30,32:34", 2)].iter().enumerate() {
+            let s = send(
+                recv.port,
+                &[&data],
+                &[
+                    t[0],
+                    t[1],
+                    t[2],
+                    "--keyspace",
+                    "ks",
+                    "--table",
+                    "t",
+                    "--transfer-prefix",
+                    &format!("{v}{i}"),
+                    "--ranges",
+                    ranges,
+                ],
+            );
+            assert!(s.ok, "{v} {ranges}: {}", s.stderr);
+            let sent = json(&s);
+            let sent = sent.as_array().unwrap();
+            assert_eq!(sent.len(), *children, "{v} {ranges}: {sent:?}");
+            let mut got_files = Vec::new();
+            for c in sent {
+                assert_eq!(c["verdict"]["ok"], true, "{c}");
+                let d = c["verdict"]["published"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| PathBuf::from(p.as_str().unwrap()))
+                    .find(|p| p.to_string_lossy().ends_with("-Data.db"))
+                    .unwrap();
+                let chk = sstcheck_json(&shared, &d);
+                assert_eq!(chk["ok"], true, "{}: {}", d.display(), chk["errors"]);
+                got_files.push(d);
+            }
+            let bounds: Vec<(Vec<u8>, Vec<u8>)> = ranges
+                .split(',')
+                .map(|lr| {
+                    let (l, r) = lr.split_once(':').unwrap();
+                    let hex = |h: &str| {
+                        (0..h.len())
+                            .step_by(2)
+                            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+                            .collect::<Vec<u8>>()
+                    };
+                    (hex(l), hex(r))
+                })
+                .collect();
+            // ByteOrderedPartitioner: a key's token is its bytes, compared unsigned and
+            // lexicographically (BytesToken, FastByteOperations.compareUnsigned) — as
+            // Rust compares byte slices.
+            let want: Vec<serde_json::Value> = parent
+                .iter()
+                .filter(|row| {
+                    let k = row["pk"].as_str().unwrap().as_bytes();
+                    bounds
+                        .iter()
+                        .any(|(l, r)| k > l.as_slice() && k <= r.as_slice())
+                })
+                .cloned()
+                .collect();
+            assert!(!want.is_empty() && want.len() < parent.len());
+            let got = cqlite_rows_of(r, &got_files);
+            assert_eq!(got, want, "{v} {ranges}: cqlite rows of the children");
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 6);
+}
