@@ -4,6 +4,7 @@
 #   scripts/bench-stream.sh [SIZE ...]        (default: 1GiB; e.g. 1GiB 8GiB)
 #   RUNS=3 (runs per mode, medians reported)  COLD=1 (drop the page cache before each run)
 #   BENCH_DIR=/tmp (needs ~3x SIZE free)  CLEAVE_BIN=target/release/cleave
+#   MIN_FREE_PERCENT=0 (the receiver's --min-free-percent: 0 so a big disk mostly in use still runs)
 #
 # For each size: generates one sstable (`cleave gen --random`, incompressible, 16 KiB
 # chunks), then RUNS rounds; each round runs every mode once, one after the other, on the
@@ -97,7 +98,7 @@ cleave_run() {
     sargs=(--stream-tls-cert "$W/srv.pem" --stream-tls-key "$W/srv.key")
     cargs=(--tls-ca "$W/ca.pem" --tls-server-name localhost)
   fi
-  "$BIN" stream serve --stream-addr 127.0.0.1:$P --stream-staging "$W/recv" --stream-token-file "$W/token" "${sargs[@]}" 2>"$W/serve.log" &
+  "$BIN" stream serve --stream-addr 127.0.0.1:$P --stream-staging "$W/recv" --stream-token-file "$W/token" --min-free-percent "${MIN_FREE_PERCENT:-0}" "${sargs[@]}" 2>"$W/serve.log" &
   local spid=$!
   PIDS+=($spid)
   wait_listen "$P"
