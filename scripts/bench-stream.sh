@@ -3,7 +3,8 @@
 #
 #   scripts/bench-stream.sh [SIZE ...]        (default: 1GiB; e.g. 1GiB 8GiB)
 #   RUNS=3 (runs per mode, medians reported)  COLD=1 (drop the page cache before each run)
-#   BENCH_DIR=/tmp (needs ~3x SIZE free)
+#   BENCH_DIR=/tmp (needs ~3x SIZE free)  CLEAVE_BIN=target/release/cleave
+#   MIN_FREE_PERCENT=0 (the receiver's --min-free-percent: 0 so a big disk mostly in use still runs)
 #
 # For each size: generates one sstable (`cleave gen --random`, incompressible, 16 KiB
 # chunks), then RUNS rounds; each round runs every mode once, one after the other, on the
@@ -22,7 +23,7 @@
 # every round (other work on the machine shows there).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="$ROOT/target/release/cleave"
+BIN="${CLEAVE_BIN:-$ROOT/target/release/cleave}"
 [ -x "$BIN" ] || (cd "$ROOT" && cargo build --release)
 SIZES=("${@:-1GiB}")
 RUNS="${RUNS:-3}"
@@ -36,6 +37,17 @@ cpu_of() { awk '{print ($14+$15)/100}' "/proc/$1/stat"; } # utime+stime of a liv
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
 calc() { python3 -c "print($1)"; }
+# Waits (<= 30 s) until something listens on 127.0.0.1:$1, without connecting to it.
+wait_listen() {
+  local hex
+  hex=$(printf '%04X' "$1")
+  for _ in $(seq 600); do
+    awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" {f=1} END {exit !f}' /proc/net/tcp && return 0
+    sleep 0.05
+  done
+  echo "nothing listens on port $1" >&2
+  exit 1
+}
 
 echo tok >"$W/token"
 (cd "$W" && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=bench-ca 2>/dev/null &&
@@ -61,7 +73,7 @@ while True:
 f.flush(); os.fsync(f.fileno())
 PY
   local rpid=$!
-  sleep 0.5
+  wait_listen "$P"
   local t0 t1
   t0=$(now)
   P=$P /usr/bin/time -f "%U %S" -o "$W/t.$mode" bash -c "$cmd"
@@ -86,10 +98,10 @@ cleave_run() {
     sargs=(--stream-tls-cert "$W/srv.pem" --stream-tls-key "$W/srv.key")
     cargs=(--tls-ca "$W/ca.pem" --tls-server-name localhost)
   fi
-  "$BIN" stream serve --stream-addr 127.0.0.1:$P --stream-staging "$W/recv" --stream-token-file "$W/token" "${sargs[@]}" 2>"$W/serve.log" &
+  "$BIN" stream serve --stream-addr 127.0.0.1:$P --stream-staging "$W/recv" --stream-token-file "$W/token" --min-free-percent "${MIN_FREE_PERCENT:-0}" "${sargs[@]}" 2>"$W/serve.log" &
   local spid=$!
   PIDS+=($spid)
-  sleep 0.5
+  wait_listen "$P"
   local t0 t1
   t0=$(now)
   /usr/bin/time -f "%U %S" -o "$W/t.send" "$BIN" stream send "$DATA" --to 127.0.0.1:$P --token-file "$W/token" "${cargs[@]}" --transfer-prefix "$mode" --json >"$W/send.json"

@@ -1243,3 +1243,384 @@ fn range_children_of_corpus_and_generated_sstables_hold_exactly_the_keys_in_the_
     assert_eq!(n, 2, "two disjoint ranges, two children");
     assert_eq!(snapshot(&src), before, "the source directory changed");
 }
+
+/// A `cleave gen --random` sstable of `size` under `<dir>/src/ks/t-<hex>/`: its Data.db.
+fn generated(dir: &Path, size: &str) -> PathBuf {
+    let src = dir.join("src/ks/t-0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(&src).unwrap();
+    let out = Command::new(cleave_bin())
+        .args(["gen", "--size", size, "--random", "--out"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with("-Data.db"))
+        .unwrap()
+}
+
+/// The receiver served by a sidecar (`cleave run --local --stream-addr`), so that its
+/// `cleave_stream_*` counters can be read on `/metrics` of `mport`.
+fn sidecar_receiver(dir: &Path, port: u16, mport: u16, token: &[String]) -> KillOnDrop {
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let child = Command::new(cleave_bin())
+        .args(["run", "--node", "node-b", "--local"])
+        .arg(&manifests)
+        .args(["--data-dir"])
+        .arg(dir.join("data"))
+        .args(["--metrics-addr", &format!("127.0.0.1:{mport}")])
+        .args([
+            "--stream-addr",
+            &format!("127.0.0.1:{port}"),
+            "--stream-staging",
+        ])
+        .arg(dir.join("recv"))
+        .args(token)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let guard = KillOnDrop(child);
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        || http_get(mport, "/metrics").is_none()
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "sidecar did not serve"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    guard
+}
+
+/// The value of the metric line starting with `name{` holding every label of `labels`.
+fn metric(m: &str, name: &str, labels: &[&str]) -> f64 {
+    m.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit_once(' '))
+        .map_or(0.0, |(_, v)| v.parse().unwrap())
+}
+
+/// Waits (≤ 60 s) for a staging entry `transfers/*/<file>` and returns its transfer id.
+fn wait_for_staged(staging: &Path, file: &str, min_len: u64) -> String {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(rd) = std::fs::read_dir(staging.join("transfers")) {
+            for e in rd.flatten() {
+                let p = e.path().join(file);
+                if std::fs::metadata(&p).is_ok_and(|m| m.len() >= min_len) {
+                    return e.file_name().to_string_lossy().into_owned();
+                }
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no staged {file} of {min_len} bytes"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_receiver_killed_mid_transfer_fails_clearly_and_a_resend_resumes_from_the_durable_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 96 MiB: past the receiver's first durable checkpoint (64 MiB) before the kill.
+    let data = generated(tmp.path(), "96MiB");
+    let size = std::fs::metadata(&data).unwrap().len();
+    let (_, t) = token_args(tmp.path(), "tok");
+    let tt: Vec<&str> = t.iter().map(String::as_str).collect();
+    let (port, mport) = (free_port(), free_port());
+    let recv = sidecar_receiver(tmp.path(), port, mport, &t);
+    let staging = tmp.path().join("recv");
+
+    // A throttled sender (32 MiB/s: Data.db takes ~3 s), in the background.
+    let sender = Command::new(cleave_bin())
+        .args([
+            "stream",
+            "send",
+            "--to",
+            &format!("127.0.0.1:{port}"),
+            "--json",
+        ])
+        .arg(&data)
+        .args([tt[0], tt[1], tt[2], "--max-bytes-per-second", "33554432"])
+        .args(["--retries", "2", "--backoff-ms", "200"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = wait_for_staged(&staging, "Data.db.offset", 16);
+    let mut recv = recv;
+    recv.0.kill().unwrap();
+    recv.0.wait().unwrap();
+    let t_kill = Instant::now();
+    let out = sender.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    // A clear failure: the stable reason, after the two retries with backoff (200, 400 ms).
+    assert!(stderr.contains("error[Unreachable]"), "{stderr}");
+    assert_eq!(stderr.matches("retrying in").count(), 2, "{stderr}");
+    assert!(t_kill.elapsed() >= Duration::from_millis(600), "{stderr}");
+    drop(recv);
+
+    // Restarted on the same staging: the transfer is still there, Data.db durable up to a
+    // verified chunk boundary past the first checkpoint.
+    let _recv = sidecar_receiver(tmp.path(), port, mport, &t);
+    let (status, body) = raw(
+        port,
+        "GET",
+        &format!("/v1/transfers/{id}"),
+        Some("tok"),
+        &[],
+        b"",
+    );
+    assert_eq!(status, 200, "{body}");
+    let st: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let durable = st["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["component"] == "Data.db")
+        .unwrap()["offset"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        durable >= 64 << 20 && durable < size,
+        "durable {durable} of {size}"
+    );
+    for f in st["files"].as_array().unwrap() {
+        if f["component"] != "Data.db" {
+            assert_eq!(f["offset"], f["size"], "{st}");
+        }
+    }
+
+    let s = send(port, &[&data], &[tt[0], tt[1], tt[2]]);
+    assert!(s.ok, "{}", s.stderr);
+    let v = json(&s);
+    assert_eq!(v[0]["attempts"], 1, "{v}");
+    assert_eq!(
+        v[0]["resumed"],
+        serde_json::json!([["Data.db", durable]]),
+        "{v}"
+    );
+    // No byte past the resume point twice: the sender sent exactly the rest of Data.db
+    // (all by sendfile), the restarted receiver received exactly that.
+    assert_eq!(v[0]["bytesSent"].as_u64().unwrap(), size - durable, "{v}");
+    assert_eq!(
+        v[0]["bytesZeroCopy"].as_u64().unwrap(),
+        size - durable,
+        "{v}"
+    );
+    let m = http_get(mport, "/metrics").unwrap();
+    let received = metric(
+        &m,
+        "cleave_stream_bytes_total",
+        &["side=\"receive\"", "what=\"received\""],
+    );
+    assert_eq!(received as u64, size - durable, "{m}");
+    assert_eq!(
+        metric(&m, "cleave_stream_resumes_total", &["side=\"receive\""]),
+        1.0,
+        "{m}"
+    );
+    let received = v[0]["verdict"]["published"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| PathBuf::from(p.as_str().unwrap()))
+        .find(|p| p.to_string_lossy().ends_with("-Data.db"))
+        .unwrap();
+    assert_eq!(
+        std::fs::read(&received).unwrap(),
+        std::fs::read(&data).unwrap()
+    );
+    if let Some(shared) = shared_dir() {
+        let c = sstcheck_json(&shared, &received);
+        assert_eq!(c["ok"], true, "{}", c["errors"]);
+    }
+}
+
+#[test]
+fn a_receiver_disk_filling_up_while_writing_is_insufficient_space_and_staging_cleaned() {
+    if let Some(why) = cleave::io::loopfs::unavailable_reason() {
+        eprintln!("SKIP stream ENOSPC: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = generated(tmp.path(), "24MiB");
+    // A 64 MiB ext4: the 24 MiB sstable passes the free-space pre-check (--min-free-percent
+    // 0); the disk then fills up under the receiver while Data.db arrives, as when a
+    // compaction or another transfer takes the space after the check.
+    let fs = cleave::io::loopfs::LoopMount::new(tmp.path(), 64 << 20, "ext4").unwrap();
+    let staging = fs.mount_point.join("recv");
+    let (_, t) = token_args(tmp.path(), "tok");
+    let tt: Vec<&str> = t.iter().map(String::as_str).collect();
+    let recv = serve(&staging, &[tt[0], tt[1], tt[2], "--min-free-percent", "0"]);
+    let sender = Command::new(cleave_bin())
+        .args([
+            "stream",
+            "send",
+            "--to",
+            &format!("127.0.0.1:{}", recv.port),
+            "--json",
+        ])
+        .arg(&data)
+        .args([tt[0], tt[1], tt[2], "--max-bytes-per-second", "4194304"])
+        .args(["--retries", "2", "--backoff-ms", "100"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_staged(&staging, "Data.db", 2 << 20);
+    // Fill the filesystem to the last block.
+    let mut filler = std::fs::File::create(fs.mount_point.join("filler")).unwrap();
+    let mb = vec![0xa5u8; 1 << 20];
+    while filler.write_all(&mb).is_ok() {}
+    while filler.write_all(&mb[..4096]).is_ok() {}
+    let _ = filler.sync_all();
+    let out = sender.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("error[InsufficientSpace]"), "{stderr}");
+    assert!(stderr.contains("507"), "{stderr}");
+    // Staging cleaned, nothing published.
+    assert!(
+        files_under(&staging.join("transfers")).is_empty(),
+        "{:?}",
+        files_under(&staging.join("transfers"))
+    );
+    assert!(!staging.join("ready").exists() || files_under(&staging.join("ready")).is_empty());
+    // With the space back, the same send completes.
+    drop(filler);
+    std::fs::remove_file(fs.mount_point.join("filler")).unwrap();
+    let s = send(recv.port, &[&data], &[tt[0], tt[1], tt[2]]);
+    assert!(s.ok, "{}", s.stderr);
+    assert_eq!(json(&s)[0]["verdict"]["ok"], true);
+    drop(recv);
+}
+
+/// cqlite's rows of each sstable, in order, concatenated (cqlite_dump.py refuses to merge
+/// several ByteOrdered sstables, so each is read alone).
+fn cqlite_rows_of(r: &ManifestRow, data: &[PathBuf]) -> Vec<serde_json::Value> {
+    let mut rows = Vec::new();
+    for d in data {
+        let got = cqlite_rows(r, d).expect("a schema for cqlite");
+        rows.extend(got.as_array().unwrap().iter().cloned());
+    }
+    rows
+}
+
+#[test]
+fn range_children_of_na_nb_oa_sstables_hold_the_parents_cqlite_rows_in_the_ranges() {
+    let Some(shared) = corpus_or_skip("stream ranges cqlite") else {
+        return;
+    };
+    if !cqlite_available() {
+        eprintln!("SKIP stream ranges cqlite: python package cqlite-py is not installed");
+        return;
+    }
+    // The corpus's na/nb/oa sstables (the versions cqlite reads) are Cassandra's legacy
+    // fixtures: ByteOrderedPartitioner, a text partition key `pk` of "0".."4" (tokens are
+    // the key's bytes, 0x30..0x34), 50 rows each. `legacy_<v>_clust` has the most chunks
+    // (6 of 64 KiB for na, 21 of 16 KiB for nb/oa), so its children carry parent chunk
+    // runs as well as re-encoded boundary chunks.
+    let rows = manifest(&shared);
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, targs) = token_args(tmp.path(), "tok");
+    let t: Vec<&str> = targs.iter().map(String::as_str).collect();
+    let recv = serve(&tmp.path().join("recv"), &t);
+    let mut compared = 0;
+    for v in ["na", "nb", "oa"] {
+        let r = rows
+            .iter()
+            .find(|r| {
+                r.version == v
+                    && is_supported_big(r)
+                    && r.compressed
+                    && !r.invalid
+                    && r.table.ends_with(&format!("legacy_{v}_clust"))
+            })
+            .unwrap_or_else(|| panic!("no legacy_{v}_clust in the corpus"));
+        let data = copy_sstable(&r.data_db, &tmp.path().join(format!("src-{v}")));
+        let parent = cqlite_rows_of(r, std::slice::from_ref(&data));
+        assert_eq!(parent.len(), 250, "{v}: the fixture's rows");
+        // (l, r] in hex key bytes: one range inside the sstable, then two at its ends.
+        for (i, (ranges, children)) in [("30:32", 1), ("2f:30,32:34", 2)].iter().enumerate() {
+            let s = send(
+                recv.port,
+                &[&data],
+                &[
+                    t[0],
+                    t[1],
+                    t[2],
+                    "--keyspace",
+                    "ks",
+                    "--table",
+                    "t",
+                    "--transfer-prefix",
+                    &format!("{v}{i}"),
+                    "--ranges",
+                    ranges,
+                ],
+            );
+            assert!(s.ok, "{v} {ranges}: {}", s.stderr);
+            let sent = json(&s);
+            let sent = sent.as_array().unwrap();
+            assert_eq!(sent.len(), *children, "{v} {ranges}: {sent:?}");
+            let mut got_files = Vec::new();
+            for c in sent {
+                assert_eq!(c["verdict"]["ok"], true, "{c}");
+                let d = c["verdict"]["published"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| PathBuf::from(p.as_str().unwrap()))
+                    .find(|p| p.to_string_lossy().ends_with("-Data.db"))
+                    .unwrap();
+                let chk = sstcheck_json(&shared, &d);
+                assert_eq!(chk["ok"], true, "{}: {}", d.display(), chk["errors"]);
+                got_files.push(d);
+            }
+            let bounds: Vec<(Vec<u8>, Vec<u8>)> = ranges
+                .split(',')
+                .map(|lr| {
+                    let (l, r) = lr.split_once(':').unwrap();
+                    let hex = |h: &str| {
+                        (0..h.len())
+                            .step_by(2)
+                            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+                            .collect::<Vec<u8>>()
+                    };
+                    (hex(l), hex(r))
+                })
+                .collect();
+            // ByteOrderedPartitioner: a key's token is its bytes, compared unsigned and
+            // lexicographically (BytesToken, FastByteOperations.compareUnsigned) — as
+            // Rust compares byte slices.
+            let want: Vec<serde_json::Value> = parent
+                .iter()
+                .filter(|row| {
+                    let k = row["pk"].as_str().unwrap().as_bytes();
+                    bounds
+                        .iter()
+                        .any(|(l, r)| k > l.as_slice() && k <= r.as_slice())
+                })
+                .cloned()
+                .collect();
+            assert!(!want.is_empty() && want.len() < parent.len());
+            let got = cqlite_rows_of(r, &got_files);
+            assert_eq!(got, want, "{v} {ranges}: cqlite rows of the children");
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 6);
+}

@@ -326,8 +326,18 @@ impl Receiver {
                 let len = content_length(req.headers())
                     .ok_or_else(|| StreamError::Invalid("Content-Length is required".into()))?;
                 let _g = self.lock(&id, true)?.lock_owned().await;
+                // A full disk at any step (a data write, an fsync, an offset file) ends the
+                // transfer: its staging is removed so the space comes back at once, and a
+                // resend starts over after the free-space pre-check.
                 self.put_file(&id, &component, offset, len, req.into_body())
                     .await
+                    .map_err(|e| {
+                        if e.reason() == crate::reason::Reason::InsufficientSpace {
+                            self.fail(&id, e)
+                        } else {
+                            e
+                        }
+                    })
             }
             (m, _) => Err(StreamError::NotFound(format!("no resource {m} {path}"))),
         }
@@ -814,14 +824,7 @@ impl Receiver {
             }
             if !buf.is_empty() {
                 let at = v.position();
-                blocking(|| file.write_all_at(&buf, at)).map_err(|e| {
-                    let err = StreamError::io(path.display(), e);
-                    if err.reason() == crate::reason::Reason::InsufficientSpace {
-                        self.fail(id, err)
-                    } else {
-                        err
-                    }
-                })?;
+                blocking(|| file.write_all_at(&buf, at)).map_err(io_at(&path))?;
                 v.feed(&buf).map_err(|e| {
                     self.fail(id, StreamError::Corrupt(format!("{}: {e}", path.display())))
                 })?;
