@@ -20,74 +20,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::k8s::*;
 use common::*;
 
 const KS: &str = "ks";
-
-struct Sidecar {
-    _proc: KillOnDrop,
-    log: PathBuf,
-    port: u16,
-}
-
-impl Sidecar {
-    fn start(c: &Cluster, data: &Path) -> Sidecar {
-        let port = free_port();
-        let log = c.dir.path().join(format!("sidecar-{port}.log"));
-        let child = Command::new(cleave_bin())
-            .args(["run", "--node", "n1", "--namespace", "default"])
-            .arg("--kubeconfig")
-            .arg(&c.kubeconfig)
-            .arg("--data-dir")
-            .arg(data)
-            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let s = Sidecar {
-            _proc: KillOnDrop(child),
-            log,
-            port,
-        };
-        c.wait("readyz", Duration::from_secs(60), || {
-            http_get(port, "/readyz").filter(|r| r.starts_with("HTTP/1.1 200"))
-        });
-        s
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits until the log has `needle` `n` times.
-    fn wait_log(&self, needle: &str, n: usize, timeout: Duration) {
-        let t = Instant::now();
-        while self.log().matches(needle).count() < n {
-            assert!(
-                t.elapsed() < timeout,
-                "no {n}× {needle:?} in the sidecar's log after {timeout:?}:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// The sum of a counter's samples whose line starts with `prefix`.
-    fn counter(&self, prefix: &str) -> f64 {
-        http_get(self.port, "/metrics")
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.starts_with(prefix))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-}
 
 fn job(name: &str, table: &str, bytes_per_second: u64) -> String {
     format!(
@@ -227,7 +165,7 @@ fn apiserver_and_etcd_restarts_and_broken_watches_mid_job() {
     let data = tmp.path().join("data");
     let (d1, p1, fp1) = table(&data, "t1");
     let (d2, p2, fp2) = table(&data, "t2");
-    let s = Sidecar::start(&cluster, &data);
+    let s = Sidecar::start(&cluster, &data, &[]);
 
     // (a) The apiserver dies while the job runs and comes back after the split has ended.
     // At 512 KiB/s the job takes ~12 s, so that it is still running when the kill lands.
