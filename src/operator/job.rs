@@ -583,6 +583,71 @@ mod tests {
     const GIB: u64 = 1 << 30;
 
     #[test]
+    fn unrecorded_staged_children_are_removed_recorded_ones_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        // The same data directory spelt two ways: the recorded path has a `./` in it.
+        let table = tmp.path().join("ks").join("t-0123");
+        let staged = table.join(STAGED_DIR).join("j");
+        std::fs::create_dir_all(&staged).unwrap();
+        for g in [3, 4, 5] {
+            for c in ["Data.db", "Index.db", "TOC.txt"] {
+                std::fs::write(staged.join(format!("nb-{g}-big-{c}")), b"x").unwrap();
+            }
+        }
+        // Another job's staging and the table itself are not touched.
+        std::fs::create_dir_all(table.join(STAGED_DIR).join("other")).unwrap();
+        std::fs::write(table.join(STAGED_DIR).join("other/nb-9-big-Data.db"), b"x").unwrap();
+        std::fs::write(table.join("nb-1-big-Data.db"), b"x").unwrap();
+        let recorded = tmp
+            .path()
+            .join(".")
+            .join("ks/t-0123/cleave-staged/j/nb-3-big-Data.db");
+        let status = JobStatus {
+            results: vec![SSTableResult {
+                parent: table.join("nb-1-big-Data.db").to_string_lossy().into(),
+                children: vec![recorded.to_string_lossy().into()],
+                layout: None,
+                fallback_reason: None,
+                bytes_shared: 0,
+                bytes_copied: 0,
+                bytes_reencoded: 0,
+                partitions: 1,
+            }],
+            ..Default::default()
+        };
+        let mut removed =
+            remove_unrecorded_children(std::slice::from_ref(&table), "j", &status).unwrap();
+        removed.sort();
+        assert_eq!(
+            removed,
+            vec![
+                staged.join("nb-4-big-Data.db"),
+                staged.join("nb-5-big-Data.db")
+            ]
+        );
+        let mut left: Vec<String> = std::fs::read_dir(&staged)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["nb-3-big-Data.db", "nb-3-big-Index.db", "nb-3-big-TOC.txt"]
+        );
+        assert!(table
+            .join(STAGED_DIR)
+            .join("other/nb-9-big-Data.db")
+            .exists());
+        assert!(table.join("nb-1-big-Data.db").exists());
+        // Nothing staged at all: nothing to do.
+        assert!(
+            remove_unrecorded_children(&[tmp.path().join("none")], "j", &status)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn the_space_preflight_keeps_the_reserve_free() {
         let space = Space {
             available: 30 * GIB,
