@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzz every parser in src/sstable/ for SECONDS each (default 60); see docs/fuzzing.md.
+# Fuzz every parser in src/sstable/ and the stream manifest decoder for SECONDS each
+# (default 60); see docs/fuzzing.md.
 #
 #   scripts/fuzz.sh [SECONDS]
 #

@@ -25,6 +25,9 @@ fn sidecar(m: &Path, data: &Path, crash_at: Option<&str>) -> std::process::Outpu
         "--once",
         "--metrics-addr",
         "127.0.0.1:0",
+        // Not a test of the space pre-flight: a shared disk above 90% would refuse the job.
+        "--min-free-percent",
+        "0",
         "--local",
     ])
     .arg(m)

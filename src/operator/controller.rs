@@ -438,6 +438,7 @@ pub fn explain_watch_error(e: &watcher::Error) -> String {
 }
 
 fn log_controller_error<K: Resource>(
+    metrics: &super::metrics::Metrics,
     kind: &'static str,
     r: Result<
         (kube::runtime::reflector::ObjectRef<K>, Action),
@@ -447,6 +448,10 @@ fn log_controller_error<K: Resource>(
     match r {
         Ok(_) => {}
         Err(controller::Error::QueueError(e)) => {
+            metrics
+                .kube_errors
+                .with_label_values(&[kind, "watch"])
+                .inc();
             error!(kind, error = %e, "watching {kind}s failed: {}", explain_watch_error(&e));
         }
         // The error policy already logged it.
@@ -520,18 +525,19 @@ pub async fn run(
             metrics.ready.store(true, Ordering::Relaxed);
         }
     });
+    let metrics = ctx.metrics.clone();
     let r1 = c1
         .graceful_shutdown_on(stopped(rx.clone()))
         .run(reconcile_job, error_policy, ctx.clone())
         .for_each(|r| {
-            log_controller_error(JOB, r);
+            log_controller_error(&metrics, JOB, r);
             futures::future::ready(())
         });
     let r2 = c2
         .graceful_shutdown_on(stopped(rx))
         .run(reconcile_stream, stream_error_policy, ctx.clone())
         .for_each(|r| {
-            log_controller_error(STREAM, r);
+            log_controller_error(&metrics, STREAM, r);
             futures::future::ready(())
         });
     futures::join!(r1, r2);

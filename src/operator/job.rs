@@ -176,6 +176,64 @@ pub fn recover_leftovers(dirs: &[PathBuf], job: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `Stage`: removes the children in the job's staging directories that no result in
+/// `status` names. A run publishes a parent's children, then records the result; killed in
+/// between (or its status write lost), the next run sees the parent as not done and splits
+/// it again (Stage never touches parents), so without this its rows would be staged twice.
+/// Each sstable goes TOC.txt first (never a complete-looking partial one), then the
+/// directory is fsynced. A staged child matches a recorded one by its path below the data
+/// directory (`<table dir>/cleave-staged/<job>/<file>`), so a data directory spelt
+/// differently in two runs does not count as unrecorded. Returns what it removed.
+pub fn remove_unrecorded_children(
+    dirs: &[PathBuf],
+    job: &str,
+    status: &JobStatus,
+) -> Result<Vec<PathBuf>, Failure> {
+    let recorded: Vec<&str> = status
+        .results
+        .iter()
+        .flat_map(|r| r.children.iter().map(String::as_str))
+        .collect();
+    let mut removed = Vec::new();
+    for d in dirs {
+        let staged = d.join(STAGED_DIR).join(job);
+        let Ok(rd) = std::fs::read_dir(&staged) else {
+            continue;
+        };
+        let table = d.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let fail = |e: std::io::Error, p: &Path| {
+            Failure::new(
+                Reason::of_io(&e).as_str(),
+                format!("removing an unrecorded staged child {}: {e}", p.display()),
+            )
+        };
+        for e in rd.filter_map(|e| e.ok()) {
+            let p = e.path();
+            let Ok((desc, Component::Data)) = Descriptor::from_path(&p) else {
+                continue;
+            };
+            let name = e.file_name().to_string_lossy().to_string();
+            let tail = format!("/{table}/{STAGED_DIR}/{job}/{name}");
+            if recorded.iter().any(|r| r.ends_with(&tail)) {
+                continue;
+            }
+            let mut files = publish::sstable_files(&staged, &desc)
+                .map_err(|e| Failure::new("RecoveryFailed", e.to_string()))?;
+            // sstable_files puts TOC.txt last; it goes first here.
+            files.rotate_right(1);
+            for f in &files {
+                std::fs::remove_file(f).map_err(|e| fail(e, f))?;
+            }
+            tracing::warn!(child = %p.display(), "removed a staged child no result records (published by a run that ended before recording it); its parent is split again");
+            removed.push(p);
+        }
+        if !removed.is_empty() {
+            crate::io::fs::sync_dir(&staged).map_err(|e| fail(e, &staged))?;
+        }
+    }
+    Ok(removed)
+}
+
 /// What `run` reports after each sstable (the caller writes status and metrics).
 pub enum Step<'a> {
     Planned {
@@ -394,6 +452,9 @@ pub fn run_with_stats(
 ) -> Result<(Outcome, RunStats), Failure> {
     let dirs = table_dirs(data_dir, spec)?;
     recover_leftovers(&dirs, job_name)?;
+    if spec.publish == crd::Publish::Stage && !spec.dry_run {
+        remove_unrecorded_children(&dirs, job_name, status)?;
+    }
     let parents = find_sstables(&dirs, spec)?;
     let done: Vec<String> = status.results.iter().map(|r| r.parent.clone()).collect();
     let todo: Vec<PathBuf> = parents
@@ -529,6 +590,71 @@ mod tests {
     use crate::io::fs::Space;
 
     const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn unrecorded_staged_children_are_removed_recorded_ones_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        // The same data directory spelt two ways: the recorded path has a `./` in it.
+        let table = tmp.path().join("ks").join("t-0123");
+        let staged = table.join(STAGED_DIR).join("j");
+        std::fs::create_dir_all(&staged).unwrap();
+        for g in [3, 4, 5] {
+            for c in ["Data.db", "Index.db", "TOC.txt"] {
+                std::fs::write(staged.join(format!("nb-{g}-big-{c}")), b"x").unwrap();
+            }
+        }
+        // Another job's staging and the table itself are not touched.
+        std::fs::create_dir_all(table.join(STAGED_DIR).join("other")).unwrap();
+        std::fs::write(table.join(STAGED_DIR).join("other/nb-9-big-Data.db"), b"x").unwrap();
+        std::fs::write(table.join("nb-1-big-Data.db"), b"x").unwrap();
+        let recorded = tmp
+            .path()
+            .join(".")
+            .join("ks/t-0123/cleave-staged/j/nb-3-big-Data.db");
+        let status = JobStatus {
+            results: vec![SSTableResult {
+                parent: table.join("nb-1-big-Data.db").to_string_lossy().into(),
+                children: vec![recorded.to_string_lossy().into()],
+                layout: None,
+                fallback_reason: None,
+                bytes_shared: 0,
+                bytes_copied: 0,
+                bytes_reencoded: 0,
+                partitions: 1,
+            }],
+            ..Default::default()
+        };
+        let mut removed =
+            remove_unrecorded_children(std::slice::from_ref(&table), "j", &status).unwrap();
+        removed.sort();
+        assert_eq!(
+            removed,
+            vec![
+                staged.join("nb-4-big-Data.db"),
+                staged.join("nb-5-big-Data.db")
+            ]
+        );
+        let mut left: Vec<String> = std::fs::read_dir(&staged)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["nb-3-big-Data.db", "nb-3-big-Index.db", "nb-3-big-TOC.txt"]
+        );
+        assert!(table
+            .join(STAGED_DIR)
+            .join("other/nb-9-big-Data.db")
+            .exists());
+        assert!(table.join("nb-1-big-Data.db").exists());
+        // Nothing staged at all: nothing to do.
+        assert!(
+            remove_unrecorded_children(&[tmp.path().join("none")], "j", &status)
+                .unwrap()
+                .is_empty()
+        );
+    }
 
     #[test]
     fn the_space_preflight_keeps_the_reserve_free() {

@@ -32,6 +32,10 @@ pub struct Metrics {
     pub throttle: GaugeVec,
     /// Jobs held back by a limit, by reason (TableBusy, ConcurrencyLimit).
     pub waiting: IntGaugeVec,
+    /// Kubernetes API calls that failed and are retried, by kind and operation: `status`
+    /// (a job's status write: progress, heartbeat, the final one), `watch` (a watch or list
+    /// that broke; the watcher re-lists with backoff).
+    pub kube_errors: IntCounterVec,
     /// `/readyz`: both controllers' first list succeeded (local mode: at start).
     pub ready: AtomicBool,
     /// The transport's `cleave_stream_*` counters (side = send | receive), shared by this
@@ -152,9 +156,17 @@ impl Metrics {
         registry.register(Box::new(stream_throughput.clone()))?;
         registry.register(Box::new(stream_retries.clone()))?;
         let stream = crate::stream::metrics::StreamMetrics::new(&registry)?;
+        let kube_errors = IntCounterVec::new(
+            Opts::new(
+                "cleave_kube_errors_total",
+                "Kubernetes API calls that failed and are retried, by operation",
+            ),
+            &["kind", "operation"],
+        )?;
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
+        registry.register(Box::new(kube_errors.clone()))?;
         registry.register(Box::new(job_duration.clone()))?;
         registry.register(Box::new(failures.clone()))?;
         registry.register(Box::new(throttle.clone()))?;
@@ -181,6 +193,7 @@ impl Metrics {
             failures,
             throttle,
             waiting,
+            kube_errors,
             ready: AtomicBool::new(false),
             stream,
             stream_sent,

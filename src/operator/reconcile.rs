@@ -101,6 +101,8 @@ pub trait Store: Send + Sync + 'static {
 /// A resource whose execution holds the `status.worker` lease: both kinds, so one
 /// [`Lease`] writer serves the job runner and the stream sender.
 pub trait Owned: Resource<DynamicType = ()> + Send + Sync + 'static {
+    /// The `kind` metric label.
+    const KIND: &'static str;
     fn status_of(&self) -> Option<&JobStatus>;
     fn write_status<S: Store>(
         &self,
@@ -117,6 +119,7 @@ pub trait Owned: Resource<DynamicType = ()> + Send + Sync + 'static {
 }
 
 impl Owned for AnticompactionJob {
+    const KIND: &'static str = JOB;
     fn status_of(&self) -> Option<&JobStatus> {
         self.status.as_ref()
     }
@@ -137,6 +140,7 @@ impl Owned for AnticompactionJob {
 }
 
 impl Owned for RangeStream {
+    const KIND: &'static str = STREAM;
     fn status_of(&self) -> Option<&JobStatus> {
         self.status.as_ref()
     }
@@ -578,9 +582,12 @@ pub(super) struct Lease<'a, S: Store, K: Owned> {
 }
 
 impl<S: Store, K: Owned> Lease<'_, S, K> {
-    pub async fn write(&mut self, st: &JobStatus) {
+    /// One status write. True when it landed, or when the lease is lost (nothing left to
+    /// write); false after a transient failure (apiserver or etcd down, network), counted
+    /// in `cleave_kube_errors_total{operation="status"}`.
+    pub async fn write(&mut self, st: &JobStatus) -> bool {
         if self.lost {
-            return;
+            return true;
         }
         for _ in 0..3 {
             match self
@@ -590,8 +597,10 @@ impl<S: Store, K: Owned> Lease<'_, S, K> {
             {
                 Ok(rv) => {
                     self.rv = rv;
-                    return;
+                    return true;
                 }
+                // Also the answer to a write that landed but whose response was lost (the
+                // apiserver died after committing it): our own write moved the version.
                 Err(e) if e.is_conflict() => match self.job.fetch(&self.ctx.store).await {
                     Ok(Some(fresh))
                         if fresh
@@ -606,19 +615,53 @@ impl<S: Store, K: Owned> Lease<'_, S, K> {
                     Ok(_) => {
                         warn!("lease lost: another worker holds the job; stopping after the current sstable");
                         self.lost = true;
-                        return;
+                        return true;
                     }
                     Err(e) => {
+                        self.failed();
                         warn!(error = %e, "re-reading the job after a conflict failed");
-                        return;
+                        return false;
                     }
                 },
                 Err(e) => {
-                    // Transient (apiserver restart, network): the next write retries.
+                    // Transient (apiserver restart, network): each status is a whole
+                    // snapshot, so the next write carries what this one had.
+                    self.failed();
                     warn!(error = %e, "status write failed; retrying with the next update");
-                    return;
+                    return false;
                 }
             }
+        }
+        false
+    }
+
+    fn failed(&self) {
+        self.ctx
+            .metrics
+            .kube_errors
+            .with_label_values(&[K::KIND, "status"])
+            .inc();
+    }
+
+    /// The run's last write (its end), retried with backoff until it lands: there is no
+    /// next update to carry it. Lost, it would leave the job Running under this lease, and
+    /// the next reconcile (this sidecar's or, after the lease, another's) would run it
+    /// again and split the parents whose results it lost a second time — in Stage mode
+    /// their rows would be staged twice. The job stays in `Runs` meanwhile, so this
+    /// sidecar does not start it again. On shutdown it gives up after a few attempts (the
+    /// pod is going away; the lease then expires and the next sidecar resumes).
+    pub async fn write_final(&mut self, st: &JobStatus) {
+        let mut delay = Duration::from_millis(500);
+        let mut attempts = 0u32;
+        while !self.write(st).await {
+            attempts += 1;
+            if shutdown_requested(self.ctx) && attempts >= 5 {
+                warn!(attempts, "shutting down: the job's final status was not written; the next sidecar resumes it after the lease");
+                return;
+            }
+            warn!(attempts, retry_in = ?delay, "the job's final status is not written yet; retrying");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(30));
         }
     }
 }
@@ -762,7 +805,7 @@ async fn run<S: Store>(
         Err(f) => warn!(reason = %f.reason, detail = %f.message, "job failed"),
         Ok(o) => info!(outcome = ?o, elapsed = ?started.elapsed(), "job ended"),
     }
-    lease.write(&t.status).await;
+    lease.write_final(&t.status).await;
     record(ctx, &**job, key, &t.status, t.note.as_ref()).await;
 }
 

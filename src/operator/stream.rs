@@ -586,7 +586,7 @@ async fn run<S: Store>(
     }
     sender.write_progress(0).await;
     let t = status::next(&sender.latest, ev, s.metadata.generation, now());
-    sender.lease.write(&t.status).await;
+    sender.lease.write_final(&t.status).await;
     record(ctx, &**s, key, &t.status, t.note.as_ref()).await;
 }
 

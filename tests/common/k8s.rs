@@ -49,6 +49,18 @@ pub fn ok_piped(cmd: Command, stdin: Option<&str>) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Whether the control plane is installed; prints why a test skips when it is not.
+pub fn control_plane_or_skip(test: &str) -> bool {
+    let ok = cache_bin().join("kube-apiserver").is_file();
+    if !ok {
+        eprintln!(
+            "SKIP {test}: no control plane in {} (scripts/k8s-testenv.sh install; scripts/test.sh does it)",
+            cache_bin().display()
+        );
+    }
+    ok
+}
+
 /// One apiserver + etcd in a temporary directory, stopped on drop.
 pub struct Cluster {
     pub dir: tempfile::TempDir,
@@ -63,6 +75,20 @@ impl Cluster {
         ok_piped(c, None);
         let kubeconfig = dir.path().join("kubeconfig");
         Cluster { dir, kubeconfig }
+    }
+
+    /// Applies cleave's CRDs (`crds/`) and waits until both are established.
+    pub fn apply_crds(&self) {
+        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/cleave.dev.yaml");
+        self.ok(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
+        self.ok(&[
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=60s",
+            "crd/anticompactionjobs.cleave.dev",
+            "crd/rangestreams.cleave.dev",
+        ]);
     }
 
     /// Stops one process of the control plane (`"apiserver"` or `"etcd"`) with `signal`
@@ -174,5 +200,92 @@ impl Drop for Cluster {
             .arg("stop")
             .arg(self.dir.path())
             .output();
+    }
+}
+
+/// `cleave run` for node `n1` against a [`Cluster`] as a process, its stderr (the tracing
+/// log, `RUST_LOG=info`) in a file; killed on drop.
+pub struct Sidecar {
+    pub proc: super::KillOnDrop,
+    pub log: PathBuf,
+    pub port: u16,
+}
+
+impl Sidecar {
+    /// Starts it with `env` added (e.g. `CLEAVE_CRASH_AT`), without waiting for it.
+    pub fn spawn(c: &Cluster, data: &Path, env: &[(&str, &str)]) -> Sidecar {
+        let port = super::free_port();
+        let log = c.dir.path().join(format!("sidecar-{port}.log"));
+        let mut cmd = Command::new(super::cleave_bin());
+        cmd.args(["run", "--node", "n1", "--namespace", "default"])
+            .arg("--kubeconfig")
+            .arg(&c.kubeconfig)
+            .arg("--data-dir")
+            .arg(data)
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            // The space pre-flight's 10% reserve is about the node's disk, not these
+            // small tables: a shared CI disk above 90% would fail the jobs.
+            .args(["--min-free-percent", "0"])
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        Sidecar {
+            proc: super::KillOnDrop(cmd.spawn().unwrap()),
+            log,
+            port,
+        }
+    }
+
+    /// [`Sidecar::spawn`], then waits until `/readyz` answers 200 (both CRDs listed).
+    pub fn start(c: &Cluster, data: &Path, env: &[(&str, &str)]) -> Sidecar {
+        let s = Sidecar::spawn(c, data, env);
+        c.wait("readyz", Duration::from_secs(60), || {
+            super::http_get(s.port, "/readyz").filter(|r| r.starts_with("HTTP/1.1 200"))
+        });
+        s
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log has `needle` `n` times.
+    pub fn wait_log(&self, needle: &str, n: usize, timeout: Duration) {
+        let t = Instant::now();
+        while self.log().matches(needle).count() < n {
+            assert!(
+                t.elapsed() < timeout,
+                "no {n}× {needle:?} in the sidecar's log after {timeout:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The sum of the `/metrics` samples whose line starts with `prefix`.
+    pub fn counter(&self, prefix: &str) -> f64 {
+        super::http_get(self.port, "/metrics")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Waits until the process exits (by itself: a crash point); its exit status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.proc.0.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                t.elapsed() < timeout,
+                "the sidecar did not exit within {timeout:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
