@@ -61,9 +61,6 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("cleave: error: {e:#}");
-            ExitCode::from(1)
-        }
+        Err(e) => cli::failure::Failed::of_anyhow(&e).print(false),
     }
 }

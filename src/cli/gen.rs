@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
+
+use super::failure::Failed;
 use cleave::gen::{self, Content, GenOptions};
 use cleave::sstable::{Partitioner, Version};
 
@@ -69,22 +71,79 @@ pub struct GenArgs {
 }
 
 pub fn run(a: GenArgs) -> Result<ExitCode> {
+    super::failure::report(
+        a.json,
+        || gen(&a),
+        |r| {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "{}: {} partitions, {} rows, {} bytes uncompressed, {} on disk, {:.1} s ({:.0} MB/s)",
+                    r.data.display(),
+                    r.partitions,
+                    r.rows,
+                    r.data_length,
+                    r.data_file_bytes,
+                    r.seconds,
+                    r.data_length as f64 / r.seconds / 1e6
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        },
+    )
+}
+
+/// The arguments are checked here, as a request (`InvalidRequest`), before the library
+/// writes anything; what fails after is the library's reason (a full disk, a path).
+fn gen(a: &GenArgs) -> std::result::Result<gen::GenReport, Failed> {
     let version = Version::parse(&a.version)
         .filter(|v| v.is_supported_big())
         .ok_or_else(|| {
-            anyhow!(
-                "--version {:?}: expected one of {}",
-                a.version,
-                cleave::sstable::descriptor::SUPPORTED_BIG_VERSIONS.join(", ")
+            Failed::invalid(
+                &a.out,
+                format!(
+                    "--version {:?}: expected one of {}",
+                    a.version,
+                    cleave::sstable::descriptor::SUPPORTED_BIG_VERSIONS.join(", ")
+                ),
             )
         })?;
     if !a.chunk.is_power_of_two() || a.chunk < 1024 || a.chunk > (1 << 30) {
-        return Err(anyhow!(
-            "--chunk {}: expected a power of two between 1KiB and 1GiB",
-            a.chunk
+        return Err(Failed::invalid(
+            &a.out,
+            format!(
+                "--chunk {}: expected a power of two between 1KiB and 1GiB",
+                a.chunk
+            ),
         ));
     }
-    std::fs::create_dir_all(&a.out)?;
+    if a.row_size < 16 || a.partition_size < a.row_size {
+        return Err(Failed::invalid(
+            &a.out,
+            format!(
+                "--row-size {} --partition-size {}: the row size must be >= 16 bytes and <= the partition size",
+                a.row_size, a.partition_size
+            ),
+        ));
+    }
+    let desc = cleave::sstable::Descriptor {
+        dir: a.out.clone(),
+        version,
+        id: cleave::sstable::SSTableId::Sequence(a.generation),
+        format: cleave::sstable::Format::Big,
+    };
+    let data = desc.path(&cleave::sstable::Component::Data);
+    if data.exists() {
+        return Err(Failed::invalid(
+            &data,
+            format!(
+                "{} already exists; choose another --out or --generation",
+                data.display()
+            ),
+        ));
+    }
+    std::fs::create_dir_all(&a.out).map_err(|e| Failed::io(&a.out, e))?;
     let opts = GenOptions {
         out: a.out.clone(),
         size: a.size,
@@ -105,21 +164,7 @@ pub fn run(a: GenArgs) -> Result<ExitCode> {
         seed: a.seed,
     };
     let bar = super::progress::bytes_bar(a.size, "generating");
-    let r = gen::generate(&opts, &mut |n| bar.inc(n))?;
+    let r = gen::generate(&opts, &mut |n| bar.inc(n));
     bar.finish_and_clear();
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
-        println!(
-            "{}: {} partitions, {} rows, {} bytes uncompressed, {} on disk, {:.1} s ({:.0} MB/s)",
-            r.data.display(),
-            r.partitions,
-            r.rows,
-            r.data_length,
-            r.data_file_bytes,
-            r.seconds,
-            r.data_length as f64 / r.seconds / 1e6
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(r?)
 }

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
+
+use super::failure::Failed;
 use cleave::sstable::table::{CheckLevel, CheckProgress, CheckReport};
 use cleave::sstable::{hex, Component, SSTable};
 use serde::Serialize;
@@ -85,6 +87,21 @@ fn uuid(b: &[u8; 16]) -> String {
 }
 
 pub fn run(a: InspectArgs) -> Result<ExitCode> {
+    super::failure::report(
+        a.json,
+        || inspect(&a),
+        |out| {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                print_human(&out);
+            }
+            Ok(ExitCode::SUCCESS)
+        },
+    )
+}
+
+fn inspect(a: &InspectArgs) -> std::result::Result<Inspection, Failed> {
     let t = SSTable::open(&a.path)?;
     let level = if a.quick {
         CheckLevel::Index
@@ -168,12 +185,7 @@ pub fn run(a: InspectArgs) -> Result<ExitCode> {
         digest_checked: report.digest_checked,
         keys,
     };
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        print_human(&out);
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(out)
 }
 
 fn print_human(i: &Inspection) {

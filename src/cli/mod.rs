@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod crd;
 pub mod demo;
+pub mod failure;
 pub mod gen;
 pub mod inspect;
 pub mod progress;

@@ -130,39 +130,7 @@ fn cut_from_args(a: &SplitArgs, t: &SSTable) -> Result<Cut> {
     }))
 }
 
-/// A failure as the CLI reports it: `error[<reason>]: <message>` on stderr, or with `--json`
-/// one object `{"error": {"reason", "message", "path"}}` on stdout. Exit status 1.
-pub struct Failed {
-    pub reason: Reason,
-    pub message: String,
-    pub path: PathBuf,
-}
-
-impl From<SplitError> for Failed {
-    fn from(e: SplitError) -> Failed {
-        Failed {
-            reason: e.reason(),
-            path: e.path().to_path_buf(),
-            message: e.to_string(),
-        }
-    }
-}
-
-impl Failed {
-    pub fn print(&self, json: bool) -> ExitCode {
-        if json {
-            let v = serde_json::json!({"error": {
-                "reason": self.reason.as_str(),
-                "message": self.message,
-                "path": self.path,
-            }});
-            println!("{v}");
-        } else {
-            eprintln!("cleave: error[{}]: {}", self.reason, self.message);
-        }
-        ExitCode::from(1)
-    }
-}
+pub use super::failure::Failed;
 
 pub fn run(a: SplitArgs) -> Result<ExitCode> {
     match split(&a) {
@@ -295,7 +263,10 @@ struct Verified {
     partitions: u64,
     keys_xor: String,
     keys_sum: String,
-    error: Option<String>,
+    /// `{"reason", "message", "path"}`, as every failure is reported.
+    error: Option<serde_json::Value>,
+    #[serde(skip)]
+    failed: Option<Failed>,
 }
 
 /// Full check of each sstable: every index position holds its key in Data.db, every chunk
@@ -324,17 +295,20 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
                     keys_xor: format!("{:016x}", r.fingerprint.xor),
                     keys_sum: format!("{:016x}", r.fingerprint.sum),
                     error: None,
+                    failed: None,
                 });
             }
             Err(e) => {
                 all_ok = false;
+                let f = Failed::from(e);
                 out.push(Verified {
                     path: p.clone(),
                     ok: false,
                     partitions: 0,
                     keys_xor: String::new(),
                     keys_sum: String::new(),
-                    error: Some(e.to_string()),
+                    error: Some(f.json()),
+                    failed: Some(f),
                 });
             }
         }
@@ -348,7 +322,7 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         for v in &out {
-            match &v.error {
+            match &v.failed {
                 None => println!(
                     "{}: ok, {} partitions, xor {} sum {}",
                     v.path.display(),
@@ -356,7 +330,12 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
                     v.keys_xor,
                     v.keys_sum
                 ),
-                Some(e) => println!("{}: FAILED: {e}", v.path.display()),
+                Some(f) => println!(
+                    "{}: FAILED: error[{}]: {}",
+                    v.path.display(),
+                    f.reason,
+                    f.message
+                ),
             }
         }
         if out.len() > 1 {
@@ -382,7 +361,10 @@ pub struct RecoverArgs {
 }
 
 pub fn recover(a: RecoverArgs) -> Result<ExitCode> {
-    let r = publish::recover(&a.table_dir)?;
+    let r = match publish::recover(&a.table_dir) {
+        Ok(r) => r,
+        Err(e) => return Ok(Failed::from(SplitError::from(e)).print(a.json)),
+    };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else if r.is_empty() {

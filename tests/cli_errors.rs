@@ -1,0 +1,171 @@
+//! Every subcommand reports a failure the way `split` does: `cleave: error[<Reason>]:
+//! <message>` on stderr, or with `--json` one object `{"error": {"reason", "message",
+//! "path"}}` on stdout, exit status 1 (`verify` reports each sstable's failure that way
+//! inside its list). One test per subcommand, each on a real failure.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::cleave_bin;
+
+fn cleave(args: &[&str]) -> Output {
+    Command::new(cleave_bin()).args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The `{"error": …}` object of a `--json` failure.
+fn json_error(o: &Output) -> serde_json::Value {
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", o.stdout));
+    v["error"].clone()
+}
+
+/// A small generated sstable in `dir`; returns its Data.db.
+fn small_table(dir: &Path) -> String {
+    let o = cleave(&[
+        "gen",
+        "--out",
+        dir.to_str().unwrap(),
+        "--size",
+        "256KiB",
+        "--partition-size",
+        "4KiB",
+        "--row-size",
+        "512",
+        "--chunk",
+        "4KiB",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    dir.join("nb-1-big-Data.db").to_str().unwrap().to_string()
+}
+
+#[test]
+fn gen_reports_invalid_arguments_and_io_errors_with_a_reason() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("t");
+    let out = out.to_str().unwrap();
+    let o = cleave(&["gen", "--out", out, "--version", "zz"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cleave: error[InvalidRequest]: --version \"zz\""),
+        "{}",
+        stderr(&o)
+    );
+    let e = json_error(&cleave(&["gen", "--out", out, "--chunk", "3000", "--json"]));
+    assert_eq!(e["reason"], "InvalidRequest", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("--chunk 3000"),
+        "{e}"
+    );
+    assert_eq!(e["path"], out);
+    // --out below a regular file: the directory cannot be created (ENOTDIR).
+    let file = d.path().join("f");
+    std::fs::write(&file, b"x").unwrap();
+    let below = file.join("t");
+    let e = json_error(&cleave(&[
+        "gen",
+        "--out",
+        below.to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(e["reason"], "IoError", "{e}");
+    assert_eq!(e["path"], below.to_str().unwrap());
+    // A second gen into the same place is refused before anything is written.
+    small_table(&d.path().join("g"));
+    let g = d.path().join("g");
+    let e = json_error(&cleave(&["gen", "--out", g.to_str().unwrap(), "--json"]));
+    assert_eq!(e["reason"], "InvalidRequest", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("already exists"),
+        "{e}"
+    );
+}
+
+#[test]
+fn inspect_reports_a_corrupt_component_with_its_reason_and_path() {
+    let d = tempfile::tempdir().unwrap();
+    let data = small_table(d.path());
+    let ci = data.replace("Data.db", "CompressionInfo.db");
+    let mut b = std::fs::read(&ci).unwrap();
+    let n = b.len();
+    // The last chunk offset goes backwards.
+    b[n - 8..].copy_from_slice(&1i64.to_be_bytes());
+    std::fs::write(&ci, &b).unwrap();
+    let o = cleave(&["inspect", &data]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cleave: error[CorruptSSTable]:")
+            && stderr(&o).contains("CompressionInfo.db"),
+        "{}",
+        stderr(&o)
+    );
+    let e = json_error(&cleave(&["inspect", &data, "--json"]));
+    assert_eq!(e["reason"], "CorruptSSTable", "{e}");
+    assert_eq!(e["path"], ci.as_str());
+    assert!(
+        e["message"].as_str().unwrap().contains("chunk offset"),
+        "{e}"
+    );
+}
+
+#[test]
+fn verify_reports_each_failed_sstable_with_its_reason() {
+    let d = tempfile::tempdir().unwrap();
+    let good = small_table(&d.path().join("a"));
+    let bad = small_table(&d.path().join("b"));
+    let mut b = std::fs::read(&bad).unwrap();
+    let n = b.len();
+    b[n / 2] ^= 0x5a;
+    std::fs::write(&bad, &b).unwrap();
+    let o = cleave(&["verify", &good, &bad]);
+    assert_eq!(o.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(&format!("{bad}: FAILED: error[CorruptSSTable]:"))
+            && text.contains(&format!("{good}: ok")),
+        "{text}"
+    );
+    let o = cleave(&["verify", &good, &bad, "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert!(v["sstables"][0]["error"].is_null(), "{v}");
+    let e = &v["sstables"][1]["error"];
+    assert_eq!(e["reason"], "CorruptSSTable", "{v}");
+    assert_eq!(e["path"], bad.as_str());
+    assert!(e["message"].as_str().unwrap().contains("checksum"), "{v}");
+}
+
+#[test]
+fn recover_and_split_report_io_and_request_errors_with_a_reason() {
+    let d = tempfile::tempdir().unwrap();
+    let missing = d.path().join("no-such-table");
+    let e = json_error(&cleave(&["recover", missing.to_str().unwrap(), "--json"]));
+    assert_eq!(e["reason"], "IoError", "{e}");
+    assert_eq!(e["path"], missing.to_str().unwrap());
+    let o = cleave(&["recover", missing.to_str().unwrap()]);
+    assert!(
+        stderr(&o).contains("cleave: error[IoError]:"),
+        "{}",
+        stderr(&o)
+    );
+    let data = small_table(&d.path().join("t"));
+    let out = d.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let e = json_error(&cleave(&[
+        "split",
+        &data,
+        "--out",
+        out.to_str().unwrap(),
+        "--parts",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(e["reason"], "InvalidRequest", "{e}");
+}
