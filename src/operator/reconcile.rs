@@ -510,7 +510,7 @@ async fn start<S: Store>(
 ) -> Result<Action, OperatorError> {
     let tables = TableClaim::of(&job.spec, &ctx.data_dir);
     let (claimed, rv, cancel) = match claim(&**job, ctx, key, tables).await? {
-        Claim::Taken { status, rv, cancel } => (status, rv, cancel),
+        Claim::Taken { status, rv, cancel } => (*status, rv, cancel),
         Claim::Later(a) => return Ok(a),
     };
     let span = tracing::Span::current();
@@ -530,7 +530,7 @@ pub(super) enum Claim {
     /// This worker holds the lease: the claimed status, its resourceVersion, the run's
     /// cancel flag (registered in `ctx.runs`; the caller spawns the run).
     Taken {
-        status: JobStatus,
+        status: Box<JobStatus>,
         rv: Option<String>,
         cancel: Arc<AtomicBool>,
     },
@@ -594,7 +594,7 @@ pub(super) async fn claim<S: Store, K: Owned>(
     info!(identity = %ctx.identity, "lease taken");
     record(ctx, obj, key, &t.status, t.note.as_ref()).await;
     Ok(Claim::Taken {
-        status: t.status,
+        status: Box::new(t.status),
         rv,
         cancel,
     })

@@ -281,7 +281,7 @@ async fn start<S: Store>(
         tables: s.spec.tables.clone(),
     };
     let (claimed, rv, cancel) = match reconcile::claim(&**s, ctx, key, claim).await? {
-        Claim::Taken { status, rv, cancel } => (status, rv, cancel),
+        Claim::Taken { status, rv, cancel } => (*status, rv, cancel),
         Claim::Later(a) => return Ok(a),
     };
     let span = tracing::Span::current();
