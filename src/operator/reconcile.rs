@@ -302,7 +302,7 @@ pub struct Ctx<S: Store> {
     /// Last seen phase of each of this node's resources (`kind/ns/name`), for `cleave_jobs`.
     pub phases: Mutex<HashMap<String, (&'static str, Phase)>>,
     /// Jobs held back by a limit (`key` → reason), for `cleave_jobs_waiting`.
-    pub waiting: Mutex<HashMap<String, &'static str>>,
+    pub waiting: Mutex<HashMap<String, (&'static str, &'static str)>>,
     pub runs: Runs,
     pub limits: NodeLimits,
     /// Heartbeat period of a running job (a third of the lease).
@@ -369,17 +369,22 @@ pub fn observe_phase<S: Store>(ctx: &Ctx<S>, kind: &'static str, key: &str, phas
     }
 }
 
-fn observe_waiting<S: Store>(ctx: &Ctx<S>, key: &str, reason: Option<&'static str>) {
+fn observe_waiting<S: Store>(
+    ctx: &Ctx<S>,
+    kind: &'static str,
+    key: &str,
+    reason: Option<&'static str>,
+) {
     let Ok(mut m) = ctx.waiting.lock() else {
         return;
     };
     match reason {
-        Some(r) => m.insert(key.to_string(), r),
+        Some(r) => m.insert(key.to_string(), (kind, r)),
         None => m.remove(key),
     };
     ctx.metrics.waiting.reset();
-    for r in m.values() {
-        ctx.metrics.waiting.with_label_values(&[JOB, r]).inc();
+    for (k, r) in m.values() {
+        ctx.metrics.waiting.with_label_values(&[*k, *r]).inc();
     }
 }
 
@@ -387,7 +392,7 @@ fn observe_waiting<S: Store>(ctx: &Ctx<S>, key: &str, reason: Option<&'static st
 pub fn forget_job<S: Store>(ctx: &Ctx<S>, job: &AnticompactionJob) {
     let key = key_of(job);
     observe_phase(ctx, JOB, &key, None);
-    observe_waiting(ctx, &key, None);
+    observe_waiting(ctx, JOB, &key, None);
     ctx.metrics
         .forget(JOB, &job.namespace().unwrap_or_default(), &job.name_any());
 }
@@ -507,70 +512,96 @@ async fn start<S: Store>(
     ctx: &Arc<Ctx<S>>,
     key: &str,
 ) -> Result<Action, OperatorError> {
-    let generation = job.metadata.generation;
-    let current = job.status.clone().unwrap_or_default();
-    let claim = TableClaim::of(&job.spec, &ctx.data_dir);
+    let tables = TableClaim::of(&job.spec, &ctx.data_dir);
+    let (claimed, rv, cancel) = match claim(&**job, ctx, key, tables).await? {
+        Claim::Taken { status, rv, cancel } => (*status, rv, cancel),
+        Claim::Later(a) => return Ok(a),
+    };
+    let span = tracing::Span::current();
+    let (job, ctx2, key2) = (job.clone(), ctx.clone(), key.to_string());
+    tokio::spawn(
+        async move {
+            run(&job, &ctx2, &key2, claimed, rv, cancel).await;
+            ctx2.runs.finish(&key2);
+        }
+        .instrument(span),
+    );
+    Ok(Action::await_change())
+}
+
+/// The outcome of [`claim`].
+pub(super) enum Claim {
+    /// This worker holds the lease: the claimed status, its resourceVersion, the run's
+    /// cancel flag (registered in `ctx.runs`; the caller spawns the run).
+    Taken {
+        status: Box<JobStatus>,
+        rv: Option<String>,
+        cancel: Arc<AtomicBool>,
+    },
+    /// Not now: a limit holds it back (status says why) or another worker won the race.
+    Later(Action),
+}
+
+/// Takes the lease of a job or stream, or says why it waits: the node's limits first
+/// (`Runs::try_start`, one lock), then the status write conditional on the object's
+/// resourceVersion, so of two sidecars with the same view exactly one gets past the 409.
+pub(super) async fn claim<S: Store, K: Owned>(
+    obj: &K,
+    ctx: &Ctx<S>,
+    key: &str,
+    tables: TableClaim,
+) -> Result<Claim, OperatorError> {
+    let generation = obj.meta().generation;
+    let current = obj.status_of().cloned().unwrap_or_default();
+    let kind = kind_of::<K>();
     let cancel = match ctx
         .runs
-        .try_start(key, claim, ctx.limits.max_concurrent_jobs)
+        .try_start(key, tables, ctx.limits.max_concurrent_jobs)
     {
         Ok(c) => c,
         Err(blocked) => {
             let message = blocked.message();
-            let t = status::next(
-                &current,
-                Event::Waiting {
-                    reason: blocked.reason(),
-                    message: &message,
-                },
-                generation,
-                now(),
-            );
-            observe_waiting(ctx, key, Some(blocked.reason()));
+            let ev = Event::Waiting {
+                reason: blocked.reason(),
+                message: &message,
+            };
+            let t = status::next(&current, ev, generation, now());
+            observe_waiting(ctx, kind, key, Some(blocked.reason()));
             if t.note.is_some() {
-                info!(reason = blocked.reason(), detail = %message, "job waits");
-                ctx.store.patch_status(job, &t.status, None).await?;
-                record(ctx, &**job, key, &t.status, t.note.as_ref()).await;
+                info!(reason = blocked.reason(), detail = %message, "{kind} waits");
+                obj.write_status(&ctx.store, &t.status, None).await?;
+                record(ctx, obj, key, &t.status, t.note.as_ref()).await;
             }
-            return Ok(Action::requeue(Duration::from_secs(3)));
+            return Ok(Claim::Later(Action::requeue(Duration::from_secs(3))));
         }
     };
-    observe_waiting(ctx, key, None);
-    let t = status::next(
-        &current,
-        Event::Claimed {
-            identity: &ctx.identity,
-        },
-        generation,
-        now(),
-    );
-    let rv = match ctx
-        .store
-        .patch_status(job, &t.status, job.resource_version().as_deref())
+    observe_waiting(ctx, kind, key, None);
+    let ev = Event::Claimed {
+        identity: &ctx.identity,
+    };
+    let t = status::next(&current, ev, generation, now());
+    let expect = obj.meta().resource_version.clone();
+    let rv = match obj
+        .write_status(&ctx.store, &t.status, expect.as_deref())
         .await
     {
         Ok(rv) => rv,
         Err(e) => {
             ctx.runs.finish(key);
             if e.is_conflict() {
-                info!("lease not taken: the job changed since this view of it (409; another worker may have claimed it)");
-                return Ok(Action::requeue(Duration::from_secs(2)));
+                info!("lease not taken: the {kind} changed since this view of it (409; another worker may have claimed it)");
+                return Ok(Claim::Later(Action::requeue(Duration::from_secs(2))));
             }
             return Err(e);
         }
     };
     info!(identity = %ctx.identity, "lease taken");
-    record(ctx, &**job, key, &t.status, t.note.as_ref()).await;
-    let span = tracing::Span::current();
-    let (job, ctx2, key2) = (job.clone(), ctx.clone(), key.to_string());
-    tokio::spawn(
-        async move {
-            run(&job, &ctx2, &key2, t.status, rv, cancel).await;
-            ctx2.runs.finish(&key2);
-        }
-        .instrument(span),
-    );
-    Ok(Action::await_change())
+    record(ctx, obj, key, &t.status, t.note.as_ref()).await;
+    Ok(Claim::Taken {
+        status: Box::new(t.status),
+        rv,
+        cancel,
+    })
 }
 
 /// Status writes of one run, each conditional on the previous one's resourceVersion.
@@ -872,6 +903,7 @@ pub async fn reconcile_stream<S: Store>(
 /// Forgets a deleted stream: its phase and per-stream series.
 pub fn forget_stream<S: Store>(ctx: &Ctx<S>, s: &RangeStream) {
     observe_phase(ctx, STREAM, &key_of(s), None);
+    observe_waiting(ctx, STREAM, &key_of(s), None);
     let ns = s.namespace().unwrap_or_default();
     ctx.metrics.forget(STREAM, &ns, &s.name_any());
 }

@@ -39,7 +39,7 @@ use super::crd::{
 };
 use super::decide::{Next, TableClaim};
 use super::job::Failure;
-use super::reconcile::{self, now, record, Ctx, Lease, OperatorError, Store, STREAM};
+use super::reconcile::{self, now, record, Claim, Ctx, Lease, OperatorError, Store, STREAM};
 use super::status::{self, Event};
 use crate::io::throttle::TokenBucket;
 use crate::reason::Reason;
@@ -280,51 +280,15 @@ async fn start<S: Store>(
         keyspace: s.spec.keyspace.clone(),
         tables: s.spec.tables.clone(),
     };
-    let max = ctx.limits.max_concurrent_jobs;
-    let cancel = match ctx.runs.try_start(key, claim, max) {
-        Ok(c) => c,
-        Err(blocked) => {
-            let message = blocked.message();
-            let ev = Event::Waiting {
-                reason: blocked.reason(),
-                message: &message,
-            };
-            let t = status::next(&current(s), ev, s.metadata.generation, now());
-            if t.note.is_some() {
-                info!(reason = blocked.reason(), detail = %message, "stream waits");
-                ctx.store.patch_stream_status(s, &t.status, None).await?;
-                record(ctx, &**s, key, &t.status, t.note.as_ref()).await;
-            }
-            return Ok(Action::requeue(Duration::from_secs(3)));
-        }
+    let (claimed, rv, cancel) = match reconcile::claim(&**s, ctx, key, claim).await? {
+        Claim::Taken { status, rv, cancel } => (*status, rv, cancel),
+        Claim::Later(a) => return Ok(a),
     };
-    let ev = Event::Claimed {
-        identity: &ctx.identity,
-    };
-    let t = status::next(&current(s), ev, s.metadata.generation, now());
-    let expect = s.resource_version();
-    let rv = match ctx
-        .store
-        .patch_stream_status(s, &t.status, expect.as_deref())
-        .await
-    {
-        Ok(rv) => rv,
-        Err(e) => {
-            ctx.runs.finish(key);
-            if e.is_conflict() {
-                info!("lease not taken: the stream changed since this view of it (409)");
-                return Ok(Action::requeue(Duration::from_secs(2)));
-            }
-            return Err(e);
-        }
-    };
-    info!(identity = %ctx.identity, "lease taken");
-    record(ctx, &**s, key, &t.status, t.note.as_ref()).await;
     let span = tracing::Span::current();
     let (s, ctx2, key2) = (s.clone(), ctx.clone(), key.to_string());
     tokio::spawn(
         async move {
-            run(&s, &ctx2, &key2, t.status, rv, cancel).await;
+            run(&s, &ctx2, &key2, claimed, rv, cancel).await;
             ctx2.runs.finish(&key2);
         }
         .instrument(span),
