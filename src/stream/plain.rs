@@ -46,6 +46,7 @@ pub(super) struct Put {
     pub from: u64,
     /// The file's size.
     pub size: u64,
+    /// The file's segments from `from` on (`Segment::from_offset`).
     pub segments: Vec<Segment>,
 }
 
@@ -149,21 +150,9 @@ fn send_body(sock: &mut TcpStream, put: &Put, p: &Pacing) -> Result<BodyStats, B
         }
         Ok(())
     };
-    let mut seg_start = 0u64;
     for s in &put.segments {
-        let len = match s {
-            Segment::File { len, .. } => *len,
-            Segment::Bytes(b) => b.len() as u64,
-        };
-        let seg_end = seg_start + len;
-        if seg_end <= put.from {
-            seg_start = seg_end;
-            continue;
-        }
-        let skip = put.from.saturating_sub(seg_start);
         match s {
-            Segment::Bytes(b) => {
-                let part = &b[skip as usize..];
+            Segment::Bytes(part) => {
                 pay(part.len() as u64).map_err(BodyFailure::Socket)?;
                 sock.write_all(part).map_err(BodyFailure::Socket)?;
                 (p.progress)(part.len() as u64);
@@ -174,7 +163,7 @@ fn send_body(sock: &mut TcpStream, put: &Put, p: &Pacing) -> Result<BodyStats, B
                 let f = std::fs::File::open(path)
                     .map_err(|e| BodyFailure::Source(StreamError::io(path.display(), e)))?;
                 let mut moved = 0u64;
-                let how = send_file_range(sock, &f, offset + skip, len - skip, pay, |n| {
+                let how = send_file_range(sock, &f, *offset, *len, pay, |n| {
                     (p.progress)(n);
                     sent.inc_by(n);
                     moved += n;
@@ -195,7 +184,6 @@ fn send_body(sock: &mut TcpStream, put: &Put, p: &Pacing) -> Result<BodyStats, B
                 }
             }
         }
-        seg_start = seg_end;
     }
     Ok(stats)
 }

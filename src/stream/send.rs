@@ -53,11 +53,34 @@ pub enum Segment {
 }
 
 impl Segment {
-    fn len(&self) -> u64 {
+    pub(super) fn len(&self) -> u64 {
         match self {
             Segment::File { len, .. } => *len,
             Segment::Bytes(b) => b.len() as u64,
         }
+    }
+
+    /// The segments of a file from byte `from` on (a resume point): the ones before it
+    /// dropped, the one it falls in trimmed to start there.
+    pub(super) fn from_offset(segments: &[Segment], from: u64) -> Vec<Segment> {
+        let mut out = Vec::new();
+        let mut start = 0u64;
+        for s in segments {
+            let end = start + s.len();
+            if end > from {
+                let skip = from.saturating_sub(start);
+                out.push(match s {
+                    Segment::Bytes(b) => Segment::Bytes(b.slice(skip as usize..)),
+                    Segment::File { path, offset, len } => Segment::File {
+                        path: path.clone(),
+                        offset: offset + skip,
+                        len: len - skip,
+                    },
+                });
+            }
+            start = end;
+        }
+        out
     }
 }
 
@@ -368,7 +391,7 @@ async fn put_plain(
         path: path.clone(),
         from,
         size: file.size(),
-        segments: file.segments.clone(),
+        segments: Segment::from_offset(&file.segments, from),
     };
     let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
     let pacing = plain::Pacing {
@@ -388,23 +411,14 @@ async fn put_plain(
 /// A body streaming `file` from `from`, read on a blocking thread.
 fn file_body(file: &FileSource, from: u64, opts: &SendOptions) -> Body {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    let segments = file.segments.clone();
+    let segments = Segment::from_offset(&file.segments, from);
     let throttle = opts.throttle.clone();
     let progress = opts.on_progress.clone();
     let metrics = opts.metrics.clone();
     tokio::task::spawn_blocking(move || {
-        let mut seg_start = 0u64;
         for s in segments {
-            let len = s.len();
-            let seg_end = seg_start + len;
-            if seg_end <= from {
-                seg_start = seg_end;
-                continue;
-            }
-            let skip = from.saturating_sub(seg_start);
             match s {
-                Segment::Bytes(b) => {
-                    let part = b.slice(skip as usize..);
+                Segment::Bytes(part) => {
                     let n = part.len() as u64;
                     if let Some(t) = &throttle {
                         t.take_blocking(n);
@@ -423,7 +437,7 @@ fn file_body(file: &FileSource, from: u64, opts: &SendOptions) -> Body {
                             return;
                         }
                     };
-                    let mut at = offset + skip;
+                    let mut at = offset;
                     let end = offset + len;
                     while at < end {
                         let n = ((end - at) as usize).min(FRAME);
@@ -447,7 +461,6 @@ fn file_body(file: &FileSource, from: u64, opts: &SendOptions) -> Body {
                     }
                 }
             }
-            seg_start = seg_end;
         }
     });
     let stream = futures::stream::unfold(rx, |mut rx| async move {
@@ -641,5 +654,47 @@ pub async fn cancel_transfer(ep: &Endpoint, id: &str) -> Result<(), StreamError>
     {
         Ok(_) | Err(StreamError::Remote { status: 404, .. }) => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lens(v: &[Segment]) -> Vec<(char, u64, u64)> {
+        v.iter()
+            .map(|s| match s {
+                Segment::File { offset, len, .. } => ('f', *offset, *len),
+                Segment::Bytes(b) => ('b', b[0] as u64, b.len() as u64),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_resume_point_drops_and_trims_segments() {
+        let segs = vec![
+            Segment::Bytes(Bytes::from_static(&[0, 1, 2, 3])),
+            Segment::File {
+                path: PathBuf::from("p"),
+                offset: 100,
+                len: 10,
+            },
+            Segment::Bytes(Bytes::from_static(&[14, 15])),
+        ];
+        assert_eq!(lens(&Segment::from_offset(&segs, 0)), lens(&segs));
+        assert_eq!(
+            lens(&Segment::from_offset(&segs, 2)),
+            vec![('b', 2, 2), ('f', 100, 10), ('b', 14, 2)]
+        );
+        assert_eq!(
+            lens(&Segment::from_offset(&segs, 4)),
+            vec![('f', 100, 10), ('b', 14, 2)]
+        );
+        assert_eq!(
+            lens(&Segment::from_offset(&segs, 7)),
+            vec![('f', 103, 7), ('b', 14, 2)]
+        );
+        assert_eq!(lens(&Segment::from_offset(&segs, 15)), vec![('b', 15, 1)]);
+        assert!(Segment::from_offset(&segs, 16).is_empty());
     }
 }
