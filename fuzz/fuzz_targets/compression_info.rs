@@ -22,7 +22,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
 
-    let out = ci.serialize().expect("offsets parsed into memory serialize");
+    let out = ci
+        .serialize()
+        .expect("offsets parsed into memory serialize");
     let back = CompressionInfo::parse(file, &out, version)
         .unwrap_or_else(|e| panic!("serialized CompressionInfo does not re-parse: {e}"));
     assert_eq!(back, ci, "re-parse differs");
@@ -31,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
     // Invariants parse guarantees, and helpers that must not panic on any parsed value.
     assert!(ci.chunk_length.is_power_of_two());
     assert!(ci.live_chunk_count() <= ci.chunk_count());
-    let offsets = ci.offsets.to_vec().expect("offsets parsed into memory are readable");
+    let offsets = ci
+        .offsets
+        .to_vec()
+        .expect("offsets parsed into memory are readable");
     assert!(offsets.windows(2).all(|w| w[1] >= w[0] + 4));
     let last = *offsets.last().expect("at least one chunk");
     assert!(ci.check_data_size(file, last + 4).is_ok());
