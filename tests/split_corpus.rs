@@ -12,6 +12,7 @@ use cleave::split::plan::Layout;
 use cleave::split::publish::Publish;
 use cleave::split::spec::Cut;
 use cleave::split::{run_path, DigestPolicy, Policy, SplitReport, Target};
+use cleave::sstable::cassandra::TargetCassandra;
 use cleave::sstable::{hex, SSTable, Token};
 use common::*;
 
@@ -34,10 +35,12 @@ fn split(
     cut: &Cut,
     out: &Path,
     layout: Option<Layout>,
+    target: TargetCassandra,
 ) -> Result<SplitReport, cleave::split::SplitError> {
     let policy = Policy {
         layout,
         digest: DigestPolicy::Combine,
+        target,
         ..Policy::default()
     };
     let target = Target {
@@ -69,8 +72,16 @@ fn tokens(data: &Path) -> Vec<Token> {
     v
 }
 
-/// sstcheck passes on every child; children's keys concatenated in order equal the parent's.
-fn assert_children_valid(shared: &Path, parent_keys: &[String], report: &SplitReport, what: &str) {
+/// sstcheck passes on every child; children's keys concatenated in order equal the parent's
+/// (leading filler partitions, which sstcheck counts apart as `empty_partitions`, left out);
+/// for a target that scans Data.db from 0, every child's first partition is at 0.
+fn assert_children_valid(
+    shared: &Path,
+    parent_keys: &[String],
+    report: &SplitReport,
+    what: &str,
+    target: TargetCassandra,
+) {
     let sstcheck = shared.join("tools/sstcheck.py");
     // One sstcheck process for all children: it prints one JSON object per sstable.
     let mut args: Vec<&std::ffi::OsStr> = vec![sstcheck.as_os_str()];
@@ -99,9 +110,20 @@ fn assert_children_valid(shared: &Path, parent_keys: &[String], report: &SplitRe
             out["errors"]
         );
         assert_eq!(out["partitions"].as_u64(), Some(c.partitions), "{what}");
+        let empties = out["empty_partitions"].as_u64().unwrap_or(0);
+        assert_eq!(empties, c.filler_partitions, "{what}: fillers");
+        if target.scans_data_from_zero() {
+            assert_eq!(
+                out["first_position"].as_u64(),
+                Some(0),
+                "{what}: {} starts with a dead prefix for Cassandra {target}: {:?}",
+                c.path.display(),
+                c.fallback
+            );
+        }
         let ks = keys(&c.path);
-        assert!(!ks.is_empty(), "{what}: empty child");
-        all.extend(ks);
+        assert!(ks.len() as u64 > empties, "{what}: empty child");
+        all.extend(ks.into_iter().skip(empties as usize));
         // The independent full check too.
         let t = SSTable::open(&c.path).unwrap();
         t.check(cleave::sstable::table::CheckLevel::Full, &mut |_| {})
@@ -158,6 +180,10 @@ enum Cuts {
 }
 
 fn run_corpus(cuts: Cuts, layouts: &[Option<Layout>]) {
+    run_corpus_for(cuts, layouts, TargetCassandra::Unknown)
+}
+
+fn run_corpus_for(cuts: Cuts, layouts: &[Option<Layout>], target: TargetCassandra) {
     let Some(shared) = corpus_or_skip("split corpus") else {
         return;
     };
@@ -167,6 +193,9 @@ fn run_corpus(cuts: Cuts, layouts: &[Option<Layout>]) {
     }
     let mut splits = 0;
     let mut cqlite_compared = 0;
+    // (version, key family) -> children (filled, regrid for the target, neither).
+    let mut filled: std::collections::BTreeMap<(String, &'static str), (u64, u64, u64)> =
+        Default::default();
     for r in manifest(&shared)
         .into_iter()
         .filter(|r| is_supported_big(r) && !is_damaged(r) && r.partitions >= 2)
@@ -200,7 +229,7 @@ fn run_corpus(cuts: Cuts, layouts: &[Option<Layout>]) {
         for layout in layouts {
             let out = tempfile::tempdir_in(work.path()).unwrap();
             let label = format!("{} {what} {layout:?}", r.data_db.display());
-            let rep = split(&parent, &cut, out.path(), *layout)
+            let rep = split(&parent, &cut, out.path(), *layout, target)
                 .unwrap_or_else(|e| panic!("{label}: {e}"));
             if let Cuts::Parts(n) = cuts {
                 // --parts N means min(N, partitions) children, one-chunk tables included.
@@ -210,7 +239,20 @@ fn run_corpus(cuts: Cuts, layouts: &[Option<Layout>]) {
                     "{label}: children"
                 );
             }
-            assert_children_valid(&shared, &pkeys, &rep, &label);
+            assert_children_valid(&shared, &pkeys, &rep, &label, target);
+            for c in &rep.children {
+                let e = filled
+                    .entry((r.version.clone(), key_family(&parent)))
+                    .or_insert((0, 0, 0));
+                match (&c.fallback, c.filler_partitions) {
+                    (Some(f @ cleave::split::fallback::Fallback::DeadPrefix { .. }), _) => {
+                        eprintln!("  {label}: {f}");
+                        e.1 += 1
+                    }
+                    (_, n) if n > 0 => e.0 += 1,
+                    _ => e.2 += 1,
+                }
+            }
             if let Some(pr) = &parent_rows {
                 let paths: Vec<&Path> = rep.children.iter().map(|c| c.path.as_path()).collect();
                 let cr = cqlite_rows(&r, &paths).unwrap();
@@ -237,7 +279,31 @@ fn run_corpus(cuts: Cuts, layouts: &[Option<Layout>]) {
         // The parent is untouched.
         assert_eq!(keys(&parent), pkeys);
     }
-    eprintln!("{splits} splits checked, {cqlite_compared} compared with cqlite");
+    eprintln!("{splits} splits checked, {cqlite_compared} compared with cqlite, target {target}");
+    for ((v, fam), (f, g, n)) in &filled {
+        eprintln!(
+            "  {v} {fam}: {f} children filled, {g} regrid (dead prefix refused), {n} neither"
+        );
+    }
+    if target.scans_data_from_zero() && layouts.contains(&None) {
+        // Every BIG version with a variable-length key gets fillers, and some fixed-width
+        // keys are refused with DeadPrefix.
+        for v in ["ma", "mb", "mc", "md", "me", "na", "nb", "oa"] {
+            let any = filled
+                .iter()
+                .any(|((vv, fam), (f, _, _))| vv == v && *fam != "fixed" && *f > 0);
+            let present = filled.keys().any(|(vv, fam)| vv == v && *fam != "fixed");
+            assert!(
+                !present || any,
+                "{v}: no child with a variable-length key was filled: {filled:?}"
+            );
+        }
+    } else if !target.scans_data_from_zero() {
+        assert!(
+            filled.values().all(|(f, g, _)| *f == 0 && *g == 0),
+            "{filled:?}"
+        );
+    }
     assert!(splits >= 70 * layouts.len(), "only {splits} splits");
     if cqlite {
         assert!(
@@ -250,6 +316,26 @@ fn run_corpus(cuts: Cuts, layouts: &[Option<Layout>]) {
 #[test]
 fn corpus_split_in_2_parts() {
     run_corpus(Cuts::Parts(2), &[None]);
+}
+
+/// For Cassandra 4.1 nothing changes: dead prefixes stay zeros, no filler, no regrid.
+#[test]
+fn corpus_split_in_2_parts_for_cassandra_4_1() {
+    let t = TargetCassandra::parse("4.1").unwrap();
+    run_corpus_for(Cuts::Parts(2), &[None], t);
+}
+
+/// The partition key type's family, from the SerializationHeader.
+fn key_family(data: &Path) -> &'static str {
+    use cleave::sstable::filler::{key_shape, KeyShape};
+    let t = SSTable::open(data).unwrap();
+    match t.statistics.header.as_ref().map(|h| key_shape(&h.key_type)) {
+        Some(KeyShape::Free) => "variable",
+        Some(KeyShape::Composite(_)) => "composite",
+        Some(KeyShape::Fixed(_)) => "fixed",
+        Some(KeyShape::Unsupported(_)) => "other",
+        None => "no header",
+    }
 }
 
 #[test]

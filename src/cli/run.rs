@@ -49,6 +49,12 @@ pub struct RunArgs {
     /// than this share of the filesystem free.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub min_free_percent: u8,
+    /// The Cassandra release of this node (`4.1.7`, `5.0.5`, ...), for resources without
+    /// `spec.targetCassandra`. Unknown (the default) is the newest line, the strictest:
+    /// from 5.0.5 compaction reads Data.db from position 0, so children never start with
+    /// a dead prefix. The receiver refuses such a child for a 5.0.5+ or unknown node.
+    #[arg(long, default_value = "unknown", value_parser = clap::value_parser!(cleave::sstable::cassandra::TargetCassandra))]
+    pub cassandra_version: cleave::sstable::cassandra::TargetCassandra,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -184,6 +190,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         let limits = NodeLimits {
             max_concurrent_jobs: a.max_concurrent_jobs as usize,
             min_free_percent: a.min_free_percent,
+            cassandra: a.cassandra_version,
         };
         match &a.local {
             Some(dir) => {

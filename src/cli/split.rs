@@ -69,6 +69,12 @@ pub struct SplitArgs {
     /// How the target nodes read Data.db; `standard` allows the `padded` fallback.
     #[arg(long, value_enum, default_value = "mmap")]
     pub target_data_access: DataAccess,
+    /// The Cassandra release that will read the children (`3.11.17`, `4.1`, `5.0.5`, ...).
+    /// From 5.0.5 — and when unknown, the default — compaction reads Data.db from
+    /// position 0, so a child's dead prefix is filled with empty partitions, or the child
+    /// is re-encoded (`regrid`) where no filler fits (docs/compatibility.md).
+    #[arg(long, default_value = "unknown", value_parser = clap::value_parser!(cleave::sstable::cassandra::TargetCassandra))]
+    pub target_cassandra: cleave::sstable::cassandra::TargetCassandra,
     #[arg(long, value_enum, default_value = "off")]
     pub digest: DigestPolicy,
     #[arg(long, value_enum, default_value = "stage")]
@@ -171,6 +177,7 @@ fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
         digest: a.digest,
         merge_below_chunks: a.merge_below_chunks,
         throttle: None,
+        target: a.target_cassandra,
     };
     let index_len = parent.table().size_of(&Component::Index).unwrap_or(0);
     let bar = super::progress::bytes_bar(2 * index_len, "splitting");

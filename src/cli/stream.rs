@@ -112,6 +112,10 @@ pub struct SendArgs {
     pub import: ImportArg,
     #[arg(long)]
     pub max_bytes_per_second: Option<u64>,
+    /// The Cassandra release of the receiving node (`4.1`, `5.0.5`, ...). From 5.0.5, and
+    /// when unknown (the default), range children never start with a dead prefix.
+    #[arg(long, default_value = "unknown", value_parser = clap::value_parser!(cleave::sstable::cassandra::TargetCassandra))]
+    pub target_cassandra: cleave::sstable::cassandra::TargetCassandra,
     /// Retries of a failed connection (exponential backoff from --backoff-ms).
     #[arg(long, default_value_t = 5)]
     pub retries: u32,
@@ -331,7 +335,7 @@ async fn send_all(a: SendArgs) -> Result<ExitCode> {
         }
         let partitioner = cleave::sstable::SSTable::open(p)?.partitioner;
         let ranges = parse_ranges(partitioner, &a.ranges)?;
-        match cleave::stream::plan::range_children(p, &ranges, &name) {
+        match cleave::stream::plan::range_children(p, &ranges, &name, a.target_cassandra) {
             Ok(rc) => {
                 if !a.json {
                     eprintln!(

@@ -95,6 +95,12 @@ pub struct AnticompactionJobSpec {
     /// Delete the job this long after it finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds_after_finished: Option<i64>,
+    /// The Cassandra release that will read the children (`4.1`, `5.0.5`, ...). Unset: the
+    /// sidecar's `--cassandra-version`, else unknown, taken as the newest release line:
+    /// from 5.0.5 compaction reads Data.db from position 0, so no child may start with a
+    /// dead prefix (docs/compatibility.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_cassandra: Option<String>,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -147,6 +153,12 @@ pub struct RangeStreamSpec {
     pub max_bytes_per_second: Option<u64>,
     #[serde(default)]
     pub import: Import,
+    /// The Cassandra release that will read the children (`4.1`, `5.0.5`, ...). Unset:
+    /// unknown, taken as the newest release line:
+    /// from 5.0.5 compaction reads Data.db from position 0, so no child may start with a
+    /// dead prefix (docs/compatibility.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_cassandra: Option<String>,
 }
 
 /// metav1.Condition.

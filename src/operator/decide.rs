@@ -355,6 +355,7 @@ mod tests {
             max_bytes_per_second: None,
             parallelism: None,
             ttl_seconds_after_finished: None,
+            target_cassandra: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! job's ranges, record every result in status as it completes (so a restart resumes
 //! after the last recorded one), and stop between sstables when asked to.
 
+use crate::sstable::cassandra::TargetCassandra;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,9 @@ pub struct NodeLimits {
     pub max_concurrent_jobs: usize,
     /// `--min-free-percent`: the space pre-flight keeps this much of the filesystem free.
     pub min_free_percent: u8,
+    /// `--cassandra-version`: the Cassandra of this node, for jobs without
+    /// `spec.targetCassandra` (unknown: the strictest, no dead prefix).
+    pub cassandra: TargetCassandra,
 }
 
 impl Default for NodeLimits {
@@ -35,6 +39,7 @@ impl Default for NodeLimits {
         NodeLimits {
             max_concurrent_jobs: 1,
             min_free_percent: 10,
+            cassandra: TargetCassandra::Unknown,
         }
     }
 }
@@ -331,12 +336,26 @@ pub fn check_replace(dirs: &[PathBuf]) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The Cassandra that reads a resource's children: its `spec.targetCassandra`, else the
+/// node's (`--cassandra-version`).
+pub fn target_cassandra(
+    spec: Option<&str>,
+    node: TargetCassandra,
+) -> Result<TargetCassandra, Failure> {
+    match spec {
+        Some(s) => TargetCassandra::parse(s)
+            .map_err(|m| Failure::new("InvalidSpec", format!("spec.targetCassandra: {m}"))),
+        None => Ok(node),
+    }
+}
+
 /// Splits one parent: the one call into the split engine.
 fn split_one(
     spec: &AnticompactionJobSpec,
     job_name: &str,
     parent: &Path,
     throttle: Option<&Arc<TokenBucket>>,
+    node_cassandra: TargetCassandra,
 ) -> Result<(SSTableResult, SplitReport), Failure> {
     let layout = match spec.layout {
         crd::Layout::Auto => None,
@@ -372,6 +391,7 @@ fn split_one(
         },
         merge_below_chunks: 8,
         throttle: throttle.cloned(),
+        target: target_cassandra(spec.target_cassandra.as_deref(), node_cassandra)?,
     };
     let target = Target {
         out_dir,
@@ -527,7 +547,7 @@ pub fn run_with_stats(
                 let Some(parent) = next else { return };
                 let n = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                 max_in_flight.fetch_max(n, Ordering::SeqCst);
-                let r = split_one(spec, job_name, &parent, throttle);
+                let r = split_one(spec, job_name, &parent, throttle, limits.cassandra);
                 in_flight.fetch_sub(1, Ordering::SeqCst);
                 if tx.send(r).is_err() {
                     return;

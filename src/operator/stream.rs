@@ -226,7 +226,11 @@ pub fn plan(
             },
             source: Some(format!("{node}:{file}")),
         };
-        let rc = range_children(&data, &ranges, &name).map_err(failure)?;
+        let target = super::job::target_cassandra(
+            spec.target_cassandra.as_deref(),
+            crate::sstable::cassandra::TargetCassandra::Unknown,
+        )?;
+        let rc = range_children(&data, &ranges, &name, target).map_err(failure)?;
         out.push(Planned {
             result: StreamSSTableResult {
                 parent: file,

@@ -131,6 +131,26 @@ impl<W: Write> IndexSide<W> {
         Ok(())
     }
 
+    /// A dead-prefix filler (`sstable::filler`): listed like any partition (Index.db,
+    /// Summary.db, Filter.db, the size histogram, first key), but no key of the parent's,
+    /// so not in the fingerprint the children must add up to.
+    pub fn add_filler(&mut self, key: &[u8], child_position: u64, size: u64) -> Result<()> {
+        let fp = self.fingerprint;
+        self.add(key, child_position, size, &[])?;
+        self.fingerprint = fp;
+        Ok(())
+    }
+
+    /// Every filler of `head`, from position 0.
+    pub fn add_fillers(&mut self, head: &super::head::Head) -> Result<()> {
+        let mut at = 0u64;
+        for f in head.fillers() {
+            self.add_filler(&f.key, at, f.bytes.len() as u64)?;
+            at += f.bytes.len() as u64;
+        }
+        Ok(())
+    }
+
     /// Flushes Index.db; returns its sink (durable later, with the child's other files)
     /// and the finished pieces.
     pub fn finish(self) -> Result<(W, IndexParts)> {

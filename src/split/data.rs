@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::fallback::Fallback;
+use super::head::Head;
 use super::plan::{Geometry, Layout};
 use crate::io::throttle::TokenBucket;
 use crate::io::{copy, reflink};
@@ -421,6 +422,7 @@ fn combine_interior(
 pub fn compressed_layout(
     parent: &mut ParentData,
     g: &Geometry,
+    head: &Head,
     end_position: u64,
     want: Layout,
     allow_padded: bool,
@@ -439,14 +441,15 @@ pub fn compressed_layout(
     let l = ci.chunk_length as u64;
     let (k, j) = (g.first_chunk, g.last_chunk);
     let dead = g.dead_prefix as usize;
-    // First chunk: zero-filled dead prefix, then live bytes up to the chunk's end (or the
-    // child's end when it holds the whole child).
+    let lead = g.lead as usize;
+    // First chunk: the dead prefix (zeros, or the end of the fillers), then live bytes up
+    // to the chunk's end (or the child's end when it holds the whole child).
     let first_live_end = if j == k {
         (end_position - k * l) as usize
     } else {
         l as usize
     };
-    let mut first = vec![0u8; dead];
+    let mut first = head.bytes(lead..lead + dead);
     {
         let c = parent.reader.chunk(k as usize)?;
         if c.len() < first_live_end {
@@ -489,6 +492,7 @@ pub fn compressed_layout(
     // then land at congruent offsets whatever the data, incompressible included.
     let s_k = ci.offsets.at(k)?;
     if dead == 0
+        && g.lead == 0
         && j > k
         && matches!(want, Layout::Aligned | Layout::Copy)
         && (want == Layout::Copy || block == 0 || s_k.is_multiple_of(block))
@@ -578,8 +582,14 @@ pub fn compressed_layout(
                         modulus: block as usize,
                         residue: (s1 % block) as usize,
                     };
-                    let zeros = l as usize;
-                    match lz4::encode_tuned(zeros - 16, &[0u8; 16], t).filter(|p| max_ok(p.len())) {
+                    let n = l as usize;
+                    let lead_chunk = lz4::encode_tuned_pieces(
+                        &head.pieces(0..n - 16),
+                        &head.bytes(n - 16..n),
+                        t,
+                    )
+                    .filter(|p| max_ok(p.len()));
+                    match lead_chunk {
                         Some(z) => lead_payloads = Some((z, p_k)),
                         None => {
                             fallback = Some(Fallback::NoAlignedEncoding {
@@ -596,8 +606,12 @@ pub fn compressed_layout(
                         modulus: block as usize,
                         residue: (s1 % block) as usize,
                     };
-                    first_payload =
-                        lz4::encode_tuned(dead, &first[dead..], t).filter(|p| max_ok(p.len()));
+                    first_payload = lz4::encode_tuned_pieces(
+                        &head.pieces(lead..lead + dead),
+                        &first[dead..],
+                        t,
+                    )
+                    .filter(|p| max_ok(p.len()));
                     if first_payload.is_none() {
                         fallback = Some(Fallback::NoAlignedEncoding {
                             dead_prefix: dead as u64,
@@ -614,8 +628,12 @@ pub fn compressed_layout(
                 if layout == Layout::Padded {
                     let s0 = ci.offsets.at(k)?;
                     let exact = (s1 - s0 - 4) as usize;
-                    match lz4::encode_tuned(dead, &first[dead..], LengthTarget::Exact(exact))
-                        .filter(|p| max_ok(p.len()))
+                    match lz4::encode_tuned_pieces(
+                        &head.pieces(lead..lead + dead),
+                        &first[dead..],
+                        LengthTarget::Exact(exact),
+                    )
+                    .filter(|p| max_ok(p.len()))
                     {
                         Some(p) => {
                             first_payload = Some(p);
@@ -653,10 +671,10 @@ pub fn compressed_layout(
         None => {
             let p = match first_payload {
                 Some(p) => p,
-                // A lead chunk that found no aligning encoding: the zeros are still there
+                // A lead chunk that found no aligning encoding: its bytes are still there
                 // (index positions count them), encoded plainly, and the child is copied.
                 None if g.lead > 0 => {
-                    let z = encode_chunk(out_path, ci, &vec![0u8; l as usize])?;
+                    let z = encode_chunk(out_path, ci, &head.bytes(0..l as usize))?;
                     offsets
                         .head
                         .push(push_bytes(&mut segments, &mut pos, with_crc(z)));
@@ -792,6 +810,7 @@ pub fn write_layout(
 pub fn write_compressed(
     parent: &mut ParentData,
     g: &Geometry,
+    head: &Head,
     end_position: u64,
     want: Layout,
     allow_padded: bool,
@@ -803,6 +822,7 @@ pub fn write_compressed(
     let d = compressed_layout(
         parent,
         g,
+        head,
         end_position,
         want,
         allow_padded,
@@ -820,6 +840,7 @@ pub fn write_compressed(
 pub fn write_uncompressed(
     parent: &ParentData,
     g: &Geometry,
+    head: &Head,
     unit: u64,
     want: Layout,
     block: u64,
@@ -834,7 +855,7 @@ pub fn write_uncompressed(
     if dl > unit && !dl.is_multiple_of(unit) {
         parent.check_parent_blocks(g.base + dl - 1, g.base + dl)?;
     }
-    let mut first = vec![0u8; g.dead_prefix as usize];
+    let mut first = head.bytes(0..g.dead_prefix as usize);
     first.extend_from_slice(
         &parent.read_at(g.base + g.dead_prefix, (first_len - g.dead_prefix) as usize)?,
     );

@@ -6,6 +6,8 @@ use std::fmt;
 
 use super::plan::Layout;
 use crate::io::reflink::CloneRefusal;
+use crate::sstable::cassandra::TargetCassandra;
+use crate::sstable::filler::Refusal;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fallback {
@@ -27,6 +29,12 @@ pub enum Fallback {
     NoExactEncoding { length: u64, after_aligned: bool },
     /// The probe said yes but a range was refused mid-way: the rest was copied.
     CloneRefused(CloneRefusal),
+    /// The target Cassandra scans Data.db from position 0 (5.0.5+, or unknown) and no
+    /// filler partition fits the child's dead prefix: the child is `regrid` instead.
+    DeadPrefix {
+        target: TargetCassandra,
+        refusal: Refusal,
+    },
 }
 
 impl Fallback {
@@ -39,6 +47,18 @@ impl Fallback {
             Fallback::NoAlignedEncoding { .. } => "no_aligned_encoding",
             Fallback::NoExactEncoding { .. } => "no_exact_encoding",
             Fallback::CloneRefused(_) => "clone_refused",
+            Fallback::DeadPrefix { refusal, .. } => match refusal {
+                Refusal::FixedWidthKey(_) => "dead_prefix_fixed_width_key",
+                Refusal::KeyType(_) => "dead_prefix_key_type",
+                Refusal::StaticColumns => "dead_prefix_static_columns",
+                Refusal::Partitioner(_) => "dead_prefix_partitioner",
+                Refusal::NarrowWindow { .. } | Refusal::NotFound { .. } => {
+                    "dead_prefix_token_window"
+                }
+                Refusal::NoHeader => "dead_prefix_no_header",
+                Refusal::NoFloor => "dead_prefix_no_floor",
+                Refusal::ShortDeadPrefix { .. } => "dead_prefix_short",
+            },
         }
     }
 
@@ -55,6 +75,14 @@ impl Fallback {
         "no_aligned_encoding",
         "no_exact_encoding",
         "clone_refused",
+        "dead_prefix_fixed_width_key",
+        "dead_prefix_key_type",
+        "dead_prefix_static_columns",
+        "dead_prefix_partitioner",
+        "dead_prefix_token_window",
+        "dead_prefix_no_header",
+        "dead_prefix_no_floor",
+        "dead_prefix_short",
     ];
 }
 
@@ -79,6 +107,10 @@ impl fmt::Display for Fallback {
                 if *after_aligned { "no aligned encoding either; " } else { "" }
             ),
             Fallback::CloneRefused(r) => write!(f, "a clone was refused mid-way, copied instead: {r}"),
+            Fallback::DeadPrefix { target, refusal } => write!(
+                f,
+                "Cassandra {target} compacts Data.db from position 0, so the child may not start with a dead prefix, and no filler partition fits it ({refusal}): re-encoded from position 0 (regrid)"
+            ),
         }
     }
 }
@@ -123,6 +155,23 @@ mod tests {
             },
             Fallback::CloneRefused(CloneRefusal::Invalid),
         ];
+        let t = TargetCassandra::Unknown;
+        let dead = |refusal| Fallback::DeadPrefix { target: t, refusal };
+        let all: Vec<Fallback> = all
+            .into_iter()
+            .chain([
+                dead(Refusal::FixedWidthKey("Int32Type".into())),
+                dead(Refusal::KeyType("MapType".into())),
+                dead(Refusal::StaticColumns),
+                dead(Refusal::Partitioner(
+                    crate::sstable::Partitioner::ByteOrdered,
+                )),
+                dead(Refusal::NotFound { tries: 9 }),
+                dead(Refusal::NoHeader),
+                dead(Refusal::NoFloor),
+                dead(Refusal::ShortDeadPrefix { bytes: 3 }),
+            ])
+            .collect();
         let labels: Vec<&str> = all.iter().map(Fallback::reason).collect();
         assert_eq!(labels, Fallback::REASONS);
         let v = serde_json::to_value(&all[6]).unwrap_or_default();

@@ -13,6 +13,7 @@ pub mod child;
 pub mod data;
 pub mod error;
 pub mod fallback;
+pub mod head;
 pub mod parent;
 pub mod plan;
 pub mod probe;

@@ -252,7 +252,21 @@ impl Parent {
         let compression = fetched
             .as_ref()
             .map(|f| (f as &dyn plan::OffsetLookup, t.data_file_size));
-        let children = plan::resolve(children, policy, grid, compression);
+        let mut children = plan::resolve(children, policy, grid, compression);
+        let header = t.statistics.header.as_ref();
+        super::head::fill(
+            &mut children,
+            cut,
+            &super::head::Facts {
+                target: policy.target,
+                partitioner: t.partitioner,
+                version: t.descriptor.version,
+                key_type: header.map(|h| h.key_type.as_str()),
+                has_static_columns: header.is_some_and(|h| !h.static_columns.is_empty()),
+                unit,
+                compressed: t.compression.is_some(),
+            },
+        );
         Ok(Plan {
             parent: self.clone(),
             cut: cut.clone(),

@@ -618,6 +618,8 @@ pub struct ChildPlan {
     /// writer may add one, e.g. when no aligned encoding exists).
     pub fallback: Option<Fallback>,
     pub label: Option<Label>,
+    /// What the child holds before its first partition (`split::head`).
+    pub head: super::head::Head,
 }
 
 /// Whether children get a Digest.crc32, and how it is computed.
@@ -646,6 +648,9 @@ pub struct Policy {
     /// `maxBytesPerSecond`: taken for copied, re-encoded and regrid bytes, never for
     /// reflinked extents.
     pub throttle: Option<std::sync::Arc<crate::io::throttle::TokenBucket>>,
+    /// The Cassandra that will read the children (`--target-cassandra`): from 5.0.5 (and
+    /// when unknown) no child may start with a dead prefix (`split::head`).
+    pub target: crate::sstable::cassandra::TargetCassandra,
 }
 
 impl Default for Policy {
@@ -656,6 +661,7 @@ impl Default for Policy {
             digest: DigestPolicy::Off,
             merge_below_chunks: 8,
             throttle: None,
+            target: Default::default(),
         }
     }
 }
@@ -750,6 +756,7 @@ pub fn resolve(
                 predicted,
                 fallback,
                 label,
+                head: Default::default(),
             }
         })
         .collect()

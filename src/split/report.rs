@@ -21,7 +21,12 @@ pub struct ChildReport {
     pub last_key: Vec<u8>,
     pub data_length: u64,
     pub data_file_bytes: u64,
+    /// Bytes of zeros before the first partition (0 when fillers occupy them).
     pub dead_prefix: u64,
+    /// Empty partitions that occupy the dead prefix (`split::head`), and their bytes: the
+    /// child's first partition is then at position 0.
+    pub filler_partitions: u64,
+    pub filler_bytes: u64,
     pub layout: Layout,
     pub bytes_shared: u64,
     pub bytes_copied: u64,

@@ -219,11 +219,12 @@ impl Plan {
                 let o = match &mut open[ci] {
                     Some(o) => o,
                     slot => {
-                        let side = IndexSide::create(
+                        let mut side = IndexSide::create(
                             &descs[ci].path(&Component::Index),
                             &shape,
-                            plan.child.partitions(),
+                            plan.child.partitions() + plan.head.fillers().len() as u64,
                         )?;
+                        side.add_fillers(&plan.head)?;
                         let mut run_offsets = Vec::with_capacity(plan.child.runs.len());
                         let mut acc = 0;
                         for r in &plan.child.runs {
@@ -358,6 +359,7 @@ impl Plan {
             (want, Some(g), true) => data::write_compressed(
                 pd,
                 &g,
+                &p.head,
                 p.child.runs[0].end_position,
                 want,
                 self.policy.allow_padded,
@@ -369,6 +371,7 @@ impl Plan {
             (want, Some(g), false) => data::write_uncompressed(
                 pd,
                 &g,
+                &p.head,
                 self.parent.crc_unit(),
                 want,
                 block,
@@ -498,7 +501,12 @@ impl Plan {
             last_key: parts.last_key.clone(),
             data_length: result.data_length,
             data_file_bytes: result.file_size,
-            dead_prefix: p.geometry.map_or(0, |g| g.dead_prefix),
+            dead_prefix: match p.head {
+                super::head::Head::Zeros => p.geometry.map_or(0, |g| g.dead_prefix),
+                super::head::Head::Filler(_) => 0,
+            },
+            filler_partitions: p.head.fillers().len() as u64,
+            filler_bytes: p.head.fillers().iter().map(|f| f.bytes.len() as u64).sum(),
             layout: result.layout.unwrap_or(p.layout),
             bytes_shared: result.bytes_shared,
             bytes_copied: result.bytes_copied,
@@ -527,6 +535,7 @@ impl Plan {
         Ok(data::compressed_layout(
             &mut pd,
             &g,
+            &p.head,
             p.child.runs[0].end_position,
             p.layout,
             self.policy.allow_padded,
@@ -544,7 +553,13 @@ impl Plan {
         let t = self.parent.table();
         let shape = IndexShape::of(t)?;
         let index_path = t.path(&Component::Index);
-        let mut side = IndexSide::new(&index_path, Vec::new(), &shape, p.child.partitions());
+        let mut side = IndexSide::new(
+            &index_path,
+            Vec::new(),
+            &shape,
+            p.child.partitions() + p.head.fillers().len() as u64,
+        );
+        side.add_fillers(&p.head)?;
         let base = p.geometry.map_or(0, |g| g.base);
         let lead = p.geometry.map_or(0, |g| g.lead);
         let data_length = t.data_length();

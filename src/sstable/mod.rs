@@ -5,11 +5,13 @@
 //! cites the classes it mirrors. Nothing here writes files: values in, bytes out.
 
 pub mod bytes;
+pub mod cassandra;
 pub mod checksum;
 pub mod compression;
 pub mod data;
 pub mod descriptor;
 pub mod error;
+pub mod filler;
 pub mod filter;
 pub mod fingerprint;
 pub mod hex;

@@ -26,54 +26,80 @@ fn sx(b: u8) -> u64 {
 
 /// `MurmurHash.hash3_x64_128(key, 0, len, seed=0)`: `[h1, h2]`.
 pub fn hash3_x64_128(key: &[u8]) -> [u64; 2] {
-    let n = key.len();
-    let mut h1: u64 = 0;
-    let mut h2: u64 = 0;
-    let mut blocks = key.chunks_exact(16);
-    for block in &mut blocks {
-        let mut k1 = u64::from_le_bytes(block[0..8].try_into().unwrap_or([0; 8]));
-        let mut k2 = u64::from_le_bytes(block[8..16].try_into().unwrap_or([0; 8]));
-        k1 = k1.wrapping_mul(C1).rotate_left(31).wrapping_mul(C2);
-        h1 ^= k1;
-        h1 = h1
-            .rotate_left(27)
-            .wrapping_add(h2)
-            .wrapping_mul(5)
-            .wrapping_add(0x52dc_e729);
-        k2 = k2.wrapping_mul(C2).rotate_left(33).wrapping_mul(C1);
-        h2 ^= k2;
-        h2 = h2
-            .rotate_left(31)
-            .wrapping_add(h1)
-            .wrapping_mul(5)
-            .wrapping_add(0x3849_5ab5);
+    let body = key.len() / 16 * 16;
+    let mut s = Hash3State::default();
+    s.absorb_blocks(&key[..body]);
+    s.finish(&key[body..], key.len())
+}
+
+/// `hash3_x64_128` in two steps: whole 16-byte blocks first (`absorb_blocks`), then the
+/// rest and the length (`finish`). A search over keys that share a long prefix (the
+/// dead-prefix filler of `sstable::filler`) absorbs the prefix once and clones the state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hash3State {
+    h1: u64,
+    h2: u64,
+}
+
+impl Hash3State {
+    /// Mixes in `blocks`, whose length must be a multiple of 16 (a remainder is ignored:
+    /// it belongs to `finish`).
+    pub fn absorb_blocks(&mut self, blocks: &[u8]) {
+        let (mut h1, mut h2) = (self.h1, self.h2);
+        for block in blocks.chunks_exact(16) {
+            let mut k1 = u64::from_le_bytes(block[0..8].try_into().unwrap_or([0; 8]));
+            let mut k2 = u64::from_le_bytes(block[8..16].try_into().unwrap_or([0; 8]));
+            k1 = k1.wrapping_mul(C1).rotate_left(31).wrapping_mul(C2);
+            h1 ^= k1;
+            h1 = h1
+                .rotate_left(27)
+                .wrapping_add(h2)
+                .wrapping_mul(5)
+                .wrapping_add(0x52dc_e729);
+            k2 = k2.wrapping_mul(C2).rotate_left(33).wrapping_mul(C1);
+            h2 ^= k2;
+            h2 = h2
+                .rotate_left(31)
+                .wrapping_add(h1)
+                .wrapping_mul(5)
+                .wrapping_add(0x3849_5ab5);
+        }
+        (self.h1, self.h2) = (h1, h2);
     }
-    let tail = blocks.remainder();
-    let mut k1: u64 = 0;
-    let mut k2: u64 = 0;
-    for i in (8..tail.len()).rev() {
-        k2 ^= sx(tail[i]) << (8 * (i - 8));
+
+    /// The hash of the absorbed blocks followed by `rest` (any length: its whole blocks,
+    /// then the sign-extended tail), for a key of `total_len` bytes.
+    pub fn finish(mut self, rest: &[u8], total_len: usize) -> [u64; 2] {
+        let body = rest.len() / 16 * 16;
+        self.absorb_blocks(&rest[..body]);
+        let tail = &rest[body..];
+        let (mut h1, mut h2) = (self.h1, self.h2);
+        let mut k1: u64 = 0;
+        let mut k2: u64 = 0;
+        for i in (8..tail.len()).rev() {
+            k2 ^= sx(tail[i]) << (8 * (i - 8));
+        }
+        if tail.len() > 8 {
+            k2 = k2.wrapping_mul(C2).rotate_left(33).wrapping_mul(C1);
+            h2 ^= k2;
+        }
+        for i in (0..tail.len().min(8)).rev() {
+            k1 ^= sx(tail[i]) << (8 * i);
+        }
+        if !tail.is_empty() {
+            k1 = k1.wrapping_mul(C1).rotate_left(31).wrapping_mul(C2);
+            h1 ^= k1;
+        }
+        h1 ^= total_len as u64;
+        h2 ^= total_len as u64;
+        h1 = h1.wrapping_add(h2);
+        h2 = h2.wrapping_add(h1);
+        h1 = fmix(h1);
+        h2 = fmix(h2);
+        h1 = h1.wrapping_add(h2);
+        h2 = h2.wrapping_add(h1);
+        [h1, h2]
     }
-    if tail.len() > 8 {
-        k2 = k2.wrapping_mul(C2).rotate_left(33).wrapping_mul(C1);
-        h2 ^= k2;
-    }
-    for i in (0..tail.len().min(8)).rev() {
-        k1 ^= sx(tail[i]) << (8 * i);
-    }
-    if !tail.is_empty() {
-        k1 = k1.wrapping_mul(C1).rotate_left(31).wrapping_mul(C2);
-        h1 ^= k1;
-    }
-    h1 ^= n as u64;
-    h2 ^= n as u64;
-    h1 = h1.wrapping_add(h2);
-    h2 = h2.wrapping_add(h1);
-    h1 = fmix(h1);
-    h2 = fmix(h2);
-    h1 = h1.wrapping_add(h2);
-    h2 = h2.wrapping_add(h1);
-    [h1, h2]
 }
 
 /// `MurmurHash.hash2_64(key, 0, len, seed=0)`, MurmurHash2-64A with the same tail
@@ -133,6 +159,19 @@ mod tests {
         for (k, [a, b]) in cases {
             let h = hash3_x64_128(&hex(k));
             assert_eq!([h[0] as i64, h[1] as i64], [a, b], "key {k}");
+        }
+    }
+
+    #[test]
+    fn two_step_hash_equals_the_whole_key() {
+        let key: Vec<u8> = (0..100u32).map(|i| (i * 37 + 200) as u8).collect();
+        for n in [0usize, 1, 15, 16, 17, 31, 32, 33, 64, 99, 100] {
+            let k = &key[..n];
+            for cut in (0..=n).step_by(16) {
+                let mut s = Hash3State::default();
+                s.absorb_blocks(&k[..cut]);
+                assert_eq!(s.finish(&k[cut..], n), hash3_x64_128(k), "n {n} cut {cut}");
+            }
         }
     }
 }

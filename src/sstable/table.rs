@@ -287,7 +287,11 @@ pub enum CheckProgress {
 /// What one pass over an sstable saw.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct CheckReport {
+    /// Partitions with data (the leading empty ones, `empty_partitions`, apart).
     pub partitions: u64,
+    /// Empty live partitions at the start of Data.db: dead-prefix fillers
+    /// (`sstable::filler`; Cassandra itself never writes one). Not in the fingerprint.
+    pub empty_partitions: u64,
     #[serde(serialize_with = "super::hex::serialize")]
     pub first_key: Vec<u8>,
     #[serde(serialize_with = "super::hex::serialize")]
@@ -314,6 +318,11 @@ fn check(
         CheckLevel::Index => None,
     };
     let mut report = CheckReport::default();
+    // Fillers lead Data.db: each leading entry is read until one has data. An index-level
+    // check of an sstable whose Data.db does not open sees no filler (the full check and
+    // the boundary check read Data.db and report it).
+    let mut leading = t.data_reader().ok();
+    let data_length = t.data_length();
     let mut prev: Option<(Token, Vec<u8>)> = None;
     let mut summary_next = 0usize;
     let mut reader = t.index_reader()?;
@@ -343,8 +352,32 @@ fn check(
             report.first_token = Some(token.to_string());
             report.first_position = Some(e.position);
         }
-        report.fingerprint.add(e.key);
-        report.partitions += 1;
+        let mut filler = false;
+        if let Some(d) = leading.as_mut() {
+            let want = 2 + e.key.len() as u64 + 13;
+            let n = want.min(data_length.saturating_sub(e.position));
+            let head = if n > 0 {
+                d.read_at(e.position, n as usize)?
+            } else {
+                Vec::new()
+            };
+            filler = head.len() > 2 + e.key.len()
+                && head[..2] == (e.key.len() as u16).to_be_bytes()
+                && &head[2..2 + e.key.len()] == e.key
+                && super::filler::is_empty_after_key(
+                    t.descriptor.version,
+                    &head[2 + e.key.len()..],
+                );
+            if !filler {
+                leading = None;
+            }
+        }
+        if filler {
+            report.empty_partitions += 1;
+        } else {
+            report.fingerprint.add(e.key);
+            report.partitions += 1;
+        }
         if let Some(s) = &summary {
             if let Some(se) = s.entries.get(summary_next) {
                 if se.index_position as u64 == e.index_offset {
@@ -410,7 +443,7 @@ fn check(
                 ),
             ));
         }
-        if report.partitions > 0
+        if report.partitions + report.empty_partitions > 0
             && (s.first_key != report.first_key || s.last_key != report.last_key)
         {
             return Err(FormatError::corrupt(
@@ -428,7 +461,9 @@ fn check(
     }
     if let Some(stats) = &t.statistics.stats {
         if let (Some(fk), Some(lk)) = (&stats.first_key, &stats.last_key) {
-            if report.partitions > 0 && (fk != &report.first_key || lk != &report.last_key) {
+            if report.partitions + report.empty_partitions > 0
+                && (fk != &report.first_key || lk != &report.last_key)
+            {
                 return Err(FormatError::corrupt(
                     &t.path(&Component::Statistics),
                     None,

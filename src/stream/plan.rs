@@ -23,6 +23,7 @@
 //!   (`CassandraEntireSSTableStreamReader` mutates the received sstable's repair metadata
 //!   to the stream session's, 0 for bootstrap/rebuild/move).
 
+use crate::sstable::cassandra::TargetCassandra;
 use std::path::Path;
 
 use hyper::body::Bytes;
@@ -76,6 +77,7 @@ pub fn range_children(
     data: &Path,
     ranges: &[TokenRange],
     name: &ChildName,
+    target: TargetCassandra,
 ) -> Result<RangeChildren, StreamError> {
     let parent = Parent::open(data).map_err(SplitError::from)?;
     let cut = Cut::Ranges(RepairedRanges {
@@ -87,6 +89,7 @@ pub fn range_children(
         layout: Some(Layout::Aligned),
         digest: DigestPolicy::Combine,
         merge_below_chunks: 0,
+        target,
         ..Policy::default()
     };
     let plan = parent.plan(&cut, &policy).map_err(SplitError::from)?;

@@ -140,6 +140,7 @@ impl JobBuilder {
             max_bytes_per_second: None,
             parallelism: None,
             ttl_seconds_after_finished: None,
+            target_cassandra: None,
         };
         let mut j = AnticompactionJob::new(name, spec);
         j.metadata.namespace = Some("default".into());
@@ -527,6 +528,7 @@ fn range_stream(name: &str, endpoint: &str, rate: Option<u64>) -> RangeStream {
             layout: Default::default(),
             max_bytes_per_second: rate,
             import: Default::default(),
+            target_cassandra: None,
         },
     );
     s.metadata.namespace = Some("default".into());
