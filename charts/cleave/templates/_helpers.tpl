@@ -93,6 +93,7 @@ restart every storage node's sidecar.
     - --log-filter={{ $v.config.logFilter }}
     - --max-concurrent-jobs={{ $v.config.maxConcurrentJobs }}
     - --min-free-percent={{ $v.config.minFreePercent }}
+    - --cassandra-version={{ $v.config.cassandraVersion }}
     {{- if $v.stream.enabled }}
     - --stream-addr=0.0.0.0:{{ $v.stream.port }}
     - --stream-staging={{ include "cleave.streamStaging" $root }}
