@@ -33,6 +33,9 @@ enum Command {
     Verify(cli::split::VerifyArgs),
     /// Finish or roll back an interrupted `split --publish replace` in a table directory.
     Recover(cli::split::RecoverArgs),
+    /// Re-encode an sstable whose first partition is not at position 0 (a dead prefix)
+    /// so Cassandra 5.0.5+ compacts it correctly; crash-atomic with `--publish replace`.
+    Rewrite(cli::split::RewriteArgs),
     /// Write a valid BIG SSTable of a simple table (tests and benchmarks).
     Gen(cli::gen::GenArgs),
     /// Measure throughput and memory (see docs/benchmarks.md).
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Command::Split(a) => cli::split::run(a),
         Command::Verify(a) => cli::split::verify(a),
         Command::Recover(a) => cli::split::recover(a),
+        Command::Rewrite(a) => cli::split::rewrite(a),
         Command::Gen(a) => cli::gen::run(a),
         Command::Bench(a) => cli::bench::run(a),
         Command::Stream(a) => cli::stream::run(a),

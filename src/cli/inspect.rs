@@ -54,6 +54,9 @@ struct Inspection {
     data_length: u64,
     data_file_bytes: u64,
     partitions: u64,
+    /// Leading empty partitions (dead-prefix fillers), not in `partitions`.
+    empty_partitions: u64,
+    first_position: Option<u64>,
     first_token: Option<String>,
     last_token: Option<String>,
     first_key: String,
@@ -70,6 +73,8 @@ struct Inspection {
     check: &'static str,
     chunks_checked: u64,
     digest_checked: bool,
+    /// Valid, but misread by some Cassandra (`DeadPrefix`).
+    warnings: Vec<cleave::sstable::cassandra::Warning>,
     #[serde(skip_serializing_if = "Option::is_none")]
     keys: Option<Vec<KeyInfo>>,
 }
@@ -153,6 +158,8 @@ fn inspect(a: &InspectArgs) -> std::result::Result<Inspection, Failed> {
         data_length: t.data_length(),
         data_file_bytes: t.data_file_size,
         partitions: report.partitions,
+        empty_partitions: report.empty_partitions,
+        first_position: report.first_position,
         first_token: report.first_token.clone(),
         last_token: report.last_token.clone(),
         first_key: hex::encode(&report.first_key),
@@ -183,6 +190,9 @@ fn inspect(a: &InspectArgs) -> std::result::Result<Inspection, Failed> {
         check: if a.quick { "index" } else { "full" },
         chunks_checked: report.chunks_checked,
         digest_checked: report.digest_checked,
+        warnings: cleave::sstable::cassandra::dead_prefix_warning(report.first_position)
+            .into_iter()
+            .collect(),
         keys,
     };
     Ok(out)
@@ -211,7 +221,22 @@ fn print_human(i: &Inspection) {
         "  data length      {} B uncompressed, {} B on disk",
         i.data_length, i.data_file_bytes
     );
-    println!("  partitions       {}", i.partitions);
+    println!(
+        "  partitions       {}{}",
+        i.partitions,
+        if i.empty_partitions > 0 {
+            format!(
+                " (+{} empty filler partitions at the start)",
+                i.empty_partitions
+            )
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "  first position   {}",
+        i.first_position.map_or("-".into(), |p| p.to_string())
+    );
     println!(
         "  first            token {} key {}",
         i.first_token.as_deref().unwrap_or("-"),
@@ -248,4 +273,7 @@ fn print_human(i: &Inspection) {
         i.chunks_checked,
         if i.digest_checked { ", digest" } else { "" }
     );
+    for w in &i.warnings {
+        println!("  warning[{}]: {}", w.reason, w.message);
+    }
 }

@@ -44,7 +44,7 @@ pub struct SplitArgs {
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     pub tokens: Option<Vec<String>>,
     /// N children of about equal Data.db bytes, cut at partition boundaries.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_parts)]
     pub parts: Option<usize>,
     /// YAML file of repaired ranges `[{start, end}]` ((start, end]); or a mapping with
     /// `ranges` and `transientRanges`. Anticompaction: children per label.
@@ -95,6 +95,15 @@ fn parse_uuid(s: &str) -> Result<[u8; 16]> {
     Ok(*u.as_bytes())
 }
 
+/// `--parts N`: at least two children (`rewrite` asks the pipeline for one).
+fn parse_parts(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 2 => Ok(n),
+        Ok(n) => Err(format!("--parts {n}: expected at least 2")),
+        Err(e) => Err(format!("--parts {s}: {e}")),
+    }
+}
+
 fn cut_from_args(a: &SplitArgs, t: &SSTable) -> Result<Cut> {
     let p = t.partitioner;
     if let Some(tokens) = &a.tokens {
@@ -105,6 +114,7 @@ fn cut_from_args(a: &SplitArgs, t: &SSTable) -> Result<Cut> {
         return Ok(Cut::Tokens(b));
     }
     if let Some(n) = a.parts {
+        // `rewrite` asks for one child; a split for at least two.
         return Ok(Cut::Parts(n));
     }
     let path = a
@@ -150,6 +160,79 @@ pub fn run(a: SplitArgs) -> Result<ExitCode> {
         }
         Err(f) => Ok(f.print(a.json)),
     }
+}
+
+/// `cleave rewrite <Data.db> [--publish replace|stage] [--out DIR]`: one `regrid` child
+/// holding every partition of the sstable from position 0, through the split pipeline
+/// (staging, the full check, and for `replace` the transaction log that swaps it in for
+/// the original, or is rolled back, whatever happens).
+#[derive(clap::Args)]
+pub struct RewriteArgs {
+    /// The sstable's Data.db (or any of its components).
+    pub sstable: PathBuf,
+    /// `replace` (the default; Cassandra must be stopped) swaps the rewritten sstable in
+    /// for the original; `stage` writes it beside, for `nodetool import`.
+    #[arg(long, value_enum, default_value = "replace")]
+    pub publish: Publish,
+    /// Where `stage` writes (default: the table directory).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "off")]
+    pub digest: DigestPolicy,
+    /// Rewrite even when the first partition is already at position 0.
+    #[arg(long)]
+    pub force: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn rewrite(a: RewriteArgs) -> Result<ExitCode> {
+    let first = SSTable::open(&a.sstable).and_then(|t| {
+        let mut r = t.index_reader()?;
+        Ok(r.next_entry()?.map(|e| e.position))
+    });
+    let first = match first {
+        Ok(p) => p,
+        Err(e) => return Ok(Failed::from(e).print(a.json)),
+    };
+    if first.unwrap_or(0) == 0 && !a.force {
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({"path": a.sstable, "rewritten": false, "first_position": first})
+            );
+        } else {
+            println!(
+                "{}: the first partition is at position 0: nothing to rewrite",
+                a.sstable.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let dir = a
+        .sstable
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let args = SplitArgs {
+        parent: a.sstable.clone(),
+        out: a.out.clone().unwrap_or(dir),
+        tokens: None,
+        parts: Some(1),
+        ranges: None,
+        transient_ranges: None,
+        repaired_at: None,
+        pending_repair: None,
+        layout: LayoutArg::Regrid,
+        target_data_access: DataAccess::Mmap,
+        target_cassandra: Default::default(),
+        digest: a.digest,
+        merge_below_chunks: 0,
+        publish: a.publish,
+        dry_run: false,
+        json: a.json,
+    };
+    run(args)
 }
 
 fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
@@ -270,6 +353,12 @@ struct Verified {
     partitions: u64,
     keys_xor: String,
     keys_sum: String,
+    /// Leading empty partitions (dead-prefix fillers), not counted in `partitions`.
+    empty_partitions: u64,
+    /// Where the first indexed partition starts; not 0 is a dead prefix (`warnings`).
+    first_position: Option<u64>,
+    /// Valid, but misread by some Cassandra (`DeadPrefix`).
+    warnings: Vec<cleave::sstable::cassandra::Warning>,
     /// `{"reason", "message", "path"}`, as every failure is reported.
     error: Option<serde_json::Value>,
     #[serde(skip)]
@@ -301,6 +390,11 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
                     partitions: r.partitions,
                     keys_xor: format!("{:016x}", r.fingerprint.xor),
                     keys_sum: format!("{:016x}", r.fingerprint.sum),
+                    empty_partitions: r.empty_partitions,
+                    first_position: r.first_position,
+                    warnings: cleave::sstable::cassandra::dead_prefix_warning(r.first_position)
+                        .into_iter()
+                        .collect(),
                     error: None,
                     failed: None,
                 });
@@ -314,6 +408,9 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
                     partitions: 0,
                     keys_xor: String::new(),
                     keys_sum: String::new(),
+                    empty_partitions: 0,
+                    first_position: None,
+                    warnings: Vec::new(),
                     error: Some(f.json()),
                     failed: Some(f),
                 });
@@ -330,13 +427,23 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
     } else {
         for v in &out {
             match &v.failed {
-                None => println!(
-                    "{}: ok, {} partitions, xor {} sum {}",
-                    v.path.display(),
-                    v.partitions,
-                    v.keys_xor,
-                    v.keys_sum
-                ),
+                None => {
+                    println!(
+                        "{}: ok, {} partitions{}, xor {} sum {}",
+                        v.path.display(),
+                        v.partitions,
+                        if v.empty_partitions > 0 {
+                            format!(" (+{} empty filler partitions)", v.empty_partitions)
+                        } else {
+                            String::new()
+                        },
+                        v.keys_xor,
+                        v.keys_sum
+                    );
+                    for w in &v.warnings {
+                        println!("{}: warning[{}]: {}", v.path.display(), w.reason, w.message);
+                    }
+                }
                 Some(f) => println!(
                     "{}: FAILED: error[{}]: {}",
                     v.path.display(),

@@ -30,6 +30,7 @@ pub struct IndexSide<W: Write> {
     /// Child position of the first and last partition (for the boundary check).
     pub first_position: Option<u64>,
     pub last_position: u64,
+    pub fillers: u64,
 }
 
 /// What every child's index side is built with, read from the parent once.
@@ -98,6 +99,7 @@ impl<W: Write> IndexSide<W> {
             last_key: Vec::new(),
             first_position: None,
             last_position: 0,
+            fillers: 0,
         }
     }
 
@@ -138,6 +140,7 @@ impl<W: Write> IndexSide<W> {
         let fp = self.fingerprint;
         self.add(key, child_position, size, &[])?;
         self.fingerprint = fp;
+        self.fillers += 1;
         Ok(())
     }
 
@@ -167,6 +170,7 @@ impl<W: Write> IndexSide<W> {
                 last_key: self.last_key,
                 first_position: self.first_position.unwrap_or(0),
                 last_position: self.last_position,
+                fillers: self.fillers,
             },
         ))
     }
@@ -181,6 +185,8 @@ pub struct IndexParts {
     pub last_key: Vec<u8>,
     pub first_position: u64,
     pub last_position: u64,
+    /// Filler partitions listed (`add_filler`).
+    pub fillers: u64,
 }
 
 impl IndexParts {

@@ -137,11 +137,12 @@ pub fn fill(children: &mut [ChildPlan], cut: &Cut, facts: &Facts<'_>) {
                 .and_then(|o| last_keys.get(&o))
                 .map(|k| facts.partitioner.token(k));
             let cut_below = cut_below(cut, &first);
+            // A child that starts with the parent's first partition has a dead prefix
+            // only if the parent has one (an earlier child): nothing then tells where
+            // its neighbours end, and the child is regrid (`Refusal::NoFloor`).
             match (prev, cut_below) {
                 (Some(p), Some(c)) => Some(p.max(c)),
-                (p, c) => p
-                    .or(c)
-                    .or_else(|| (r.first_ordinal == 0).then(|| facts.partitioner.min_token())),
+                (p, c) => p.or(c),
             }
         })
         .collect();

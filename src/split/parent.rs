@@ -29,6 +29,8 @@ struct Inner {
     reflink_guess: ReflinkSupport,
     /// The real probe, made once, the first time a write needs it.
     reflink_probed: OnceLock<ReflinkSupport>,
+    /// Leading empty partitions (fillers of an earlier split): not keys of the table.
+    leading_empty: u64,
 }
 
 /// A parent sstable opened for splitting. Cheap to clone (shared).
@@ -77,8 +79,10 @@ impl Parent {
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
         let device = crate::io::fs::device_of(&dir).map_err(io(&dir))?;
         let reflink_guess = crate::io::fs::guess_reflink(&dir);
+        let leading_empty = table.leading_empty_partitions()?;
         Ok(Parent {
             inner: Arc::new(Inner {
+                leading_empty,
                 table,
                 data_path,
                 data_file,
@@ -93,6 +97,10 @@ impl Parent {
 
     pub fn table(&self) -> &SSTable {
         &self.inner.table
+    }
+    /// Entries at the start of Index.db that are an earlier split's fillers.
+    pub fn leading_empty(&self) -> u64 {
+        self.inner.leading_empty
     }
     pub fn data_path(&self) -> &Path {
         &self.inner.data_path
@@ -179,9 +187,7 @@ impl Parent {
         };
         match cut {
             Cut::Tokens(b) => validate_boundaries(t.partitioner, b).map_err(invalid)?,
-            Cut::Parts(n) if *n < 2 => {
-                return Err(invalid(format!("--parts {n}: expected at least 2")))
-            }
+            Cut::Parts(0) => return Err(invalid("--parts 0: expected at least 2".into())),
             Cut::Parts(_) => {}
             Cut::Ranges(r) => r.validate(t.partitioner).map_err(invalid)?,
         }
@@ -216,7 +222,9 @@ impl Parent {
             }
             None => {
                 let (children, fp) = self.children_from_index_pass(cut, shape, progress)?;
-                (children, fp.count, Some(fp), PlanSource::IndexPass)
+                // Index.db's entries: the keys plus an earlier split's fillers.
+                let n = fp.count + self.inner.leading_empty;
+                (children, n, Some(fp), PlanSource::IndexPass)
             }
         };
         if partitions == 0 {
@@ -321,10 +329,14 @@ impl Parent {
         let mut fingerprint = Fingerprint::default();
         let mut r = t.index_reader()?;
         let mut last = 0;
+        let mut ordinal = 0u64;
         while let Some(e) = r.next_entry()? {
             let token = t.partitioner.token(e.key);
             grouper.push(e.key, &token, e.position, e.index_offset);
-            fingerprint.add(e.key);
+            if ordinal >= self.inner.leading_empty {
+                fingerprint.add(e.key);
+            }
+            ordinal += 1;
             if e.index_offset - last > (1 << 20) {
                 progress(e.index_offset, shape.index_length);
                 last = e.index_offset;

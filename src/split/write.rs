@@ -215,7 +215,10 @@ impl Plan {
                     )
                     .into());
                 }
-                parent_fp.add(&key);
+                let filler = p_ord < parent.leading_empty();
+                if !filler {
+                    parent_fp.add(&key);
+                }
                 let o = match &mut open[ci] {
                     Some(o) => o,
                     slot => {
@@ -245,7 +248,12 @@ impl Plan {
                 } else {
                     pos - o.base + o.lead
                 };
-                o.side.add(&key, child_pos, end - pos, &promoted)?;
+                if filler {
+                    // An earlier split's filler stays one (it leads the first child).
+                    o.side.add_filler(&key, child_pos, end - pos)?;
+                } else {
+                    o.side.add(&key, child_pos, end - pos, &promoted)?;
+                }
                 if p_ord == seg_last && seg == last_segment_of[ci] {
                     if let Some(o) = open[ci].take() {
                         let rep = self.finish_child(
@@ -505,7 +513,7 @@ impl Plan {
                 super::head::Head::Zeros => p.geometry.map_or(0, |g| g.dead_prefix),
                 super::head::Head::Filler(_) => 0,
             },
-            filler_partitions: p.head.fillers().len() as u64,
+            filler_partitions: parts.fillers,
             filler_bytes: p.head.fillers().iter().map(|f| f.bytes.len() as u64).sum(),
             layout: result.layout.unwrap_or(p.layout),
             bytes_shared: result.bytes_shared,
@@ -578,7 +586,11 @@ impl Plan {
                     let end = next
                         .as_ref()
                         .map_or(run.end_position.min(data_length), |n| n.1);
-                    side.add(&key, pos - base + lead, end - pos, &promoted)?;
+                    if run.first_ordinal + n - 1 < self.parent.leading_empty() {
+                        side.add_filler(&key, pos - base + lead, end - pos)?;
+                    } else {
+                        side.add(&key, pos - base + lead, end - pos, &promoted)?;
+                    }
                 }
                 match next {
                     Some(e) => {

@@ -122,6 +122,26 @@ impl std::str::FromStr for TargetCassandra {
     }
 }
 
+/// A finding that is not a failure: the sstable is valid, but some Cassandra reads it
+/// wrong. `reason` is stable (JSON, text), `message` names the offset and the versions.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Warning {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The warning for an sstable whose first indexed partition is not at Data.db position 0
+/// (a dead prefix: a cleave child made for 3.0–5.0.4, or by a cleave before 0.2).
+pub fn dead_prefix_warning(first_position: Option<u64>) -> Option<Warning> {
+    let p = first_position.filter(|p| *p > 0)?;
+    Some(Warning {
+        reason: "DeadPrefix",
+        message: format!(
+            "the first partition starts at Data.db position {p}, not 0 (a dead prefix): Cassandra 5.0.5 and later misread it in every compaction, upgradesstables and garbagecollect (CASSANDRA-20092 scans Data.db from position 0), every 5.0.x scrub misreads it and verify -e refuses it; 3.0 to 5.0.4 read it correctly through Index.db. Make it safe in place with Cassandra stopped: cleave rewrite <Data.db> --publish replace (docs/runbook.md)"
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +175,14 @@ mod tests {
             Ok("4.1".into())
         );
         assert_eq!(TargetCassandra::default().to_string(), "unknown");
+    }
+
+    #[test]
+    fn dead_prefix_warning_names_the_offset() {
+        assert_eq!(dead_prefix_warning(Some(0)), None);
+        assert_eq!(dead_prefix_warning(None), None);
+        let w = dead_prefix_warning(Some(4093)).expect("warned");
+        assert_eq!(w.reason, "DeadPrefix");
+        assert!(w.message.contains("4093") && w.message.contains("5.0.5"));
     }
 }

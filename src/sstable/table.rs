@@ -305,6 +305,46 @@ pub struct CheckReport {
     pub digest_checked: bool,
 }
 
+/// Whether the partition of `key` at `position` is empty and live (a dead-prefix filler:
+/// Cassandra writes none).
+fn is_empty_partition_at(
+    d: &mut super::data::DataReader,
+    version: super::Version,
+    key: &[u8],
+    position: u64,
+    data_length: u64,
+) -> Result<bool> {
+    let want = 2 + key.len() as u64 + 13;
+    let n = want.min(data_length.saturating_sub(position));
+    if n == 0 {
+        return Ok(false);
+    }
+    let head = d.read_at(position, n as usize)?;
+    Ok(head.len() > 2 + key.len()
+        && head[..2] == (key.len() as u16).to_be_bytes()
+        && &head[2..2 + key.len()] == key
+        && super::filler::is_empty_after_key(version, &head[2 + key.len()..]))
+}
+
+impl SSTable {
+    /// How many partitions at the start of Data.db are empty fillers (an earlier split's
+    /// `sstable::filler`): splitting such an sstable again keeps them out of the key
+    /// fingerprint, as every check does.
+    pub fn leading_empty_partitions(&self) -> Result<u64> {
+        let mut d = self.data_reader()?;
+        let mut r = self.index_reader()?;
+        let dl = self.data_length();
+        let mut n = 0;
+        while let Some(e) = r.next_entry()? {
+            if !is_empty_partition_at(&mut d, self.descriptor.version, e.key, e.position, dl)? {
+                break;
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
 fn check(
     t: &SSTable,
     level: CheckLevel,
@@ -354,20 +394,8 @@ fn check(
         }
         let mut filler = false;
         if let Some(d) = leading.as_mut() {
-            let want = 2 + e.key.len() as u64 + 13;
-            let n = want.min(data_length.saturating_sub(e.position));
-            let head = if n > 0 {
-                d.read_at(e.position, n as usize)?
-            } else {
-                Vec::new()
-            };
-            filler = head.len() > 2 + e.key.len()
-                && head[..2] == (e.key.len() as u16).to_be_bytes()
-                && &head[2..2 + e.key.len()] == e.key
-                && super::filler::is_empty_after_key(
-                    t.descriptor.version,
-                    &head[2 + e.key.len()..],
-                );
+            filler =
+                is_empty_partition_at(d, t.descriptor.version, e.key, e.position, data_length)?;
             if !filler {
                 leading = None;
             }
