@@ -496,8 +496,9 @@ async fn dispatch<H: Handler>(
 /// closes) is replaced by that format's answer; everything else passes through.
 ///
 /// hyper 1 has no hook for those answers (`on_parse_error` writes a `MessageHead` with no
-/// body), hence the rewrite at the byte level. Vectored writes are declared unsupported so
-/// that hyper flattens each message head into one buffer, which is what is inspected.
+/// body), hence the rewrite at the byte level. With a format, vectored writes are declared
+/// unsupported so that hyper flattens each message head into one buffer, which is what is
+/// inspected.
 struct OwnErrors<IO> {
     io: IO,
     errors: Option<ErrorFormat>,
@@ -623,7 +624,8 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for OwnErrors<IO> {
     }
 
     fn is_write_vectored(&self) -> bool {
-        false
+        // Only when rewriting: a server without an error format keeps hyper's strategy.
+        self.errors.is_none() && self.io.is_write_vectored()
     }
 }
 
