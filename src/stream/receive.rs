@@ -728,6 +728,9 @@ impl Receiver {
                 self.transfers.sync().map_err(io_at(&self.transfers_path))?;
                 crate::io::fault::point("stream-receive:created");
                 let dir = self.open_transfer(id)?;
+                // A fallible point: tests inject ENOSPC on the manifest's write here.
+                crate::io::fault::io_point("stream-receive:manifest-write")
+                    .map_err(io_at(&self.dir_path(id).join("manifest")))?;
                 write_atomic(&dir, "manifest", body, &self.dir_path(id))?;
                 crate::io::fault::point("stream-receive:accepted");
                 Ok(())
