@@ -989,6 +989,7 @@ fn receive_path_crash_campaign_kill_at_every_point_then_resend() {
     // renamed at the first, a middle and the last (TOC) rename.
     let steps: Vec<(String, &Path)> = vec![
         ("stream-receive:created".into(), &small),
+        ("stream-receive:manifest-write".into(), &small),
         ("stream-receive:accepted".into(), &small),
         ("stream-receive:checkpoint".into(), &big),
         ("stream-receive:file-synced@1".into(), &small),
