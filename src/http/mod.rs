@@ -15,6 +15,15 @@
 //! * optionally TLS (rustls, [`Server::tls`]); the peer address and the verified client
 //!   certificate chain reach the handler as a [`ConnInfo`] request extension.
 //!
+//! * optionally ([`Limits::unauthenticated`]) connections nobody vouched for yet are kept
+//!   apart: each must be marked authenticated by the handler ([`ConnInfo::authenticated`])
+//!   within a short deadline or it is closed, and they have a budget of their own in which a
+//!   new connection evicts the oldest one, so idle or slow sockets of anyone who can reach
+//!   the port cannot hold every connection an authenticated client needs;
+//! * optionally ([`Server::errors`]) the answers the server writes itself — hyper's 400/
+//!   414/431 for a request it cannot parse, the 413 and 503 above — in the handler's own
+//!   error format (the stream receiver's JSON body and `cleave-protocol` header).
+//!
 //! Accept errors: a per-connection error (`ECONNABORTED`, …) is skipped; any other
 //! (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`) is logged and retried after an exponential
 //! backoff (5 ms doubling to 1 s, reset by the next success) instead of spinning a core.
@@ -29,7 +38,8 @@ mod router;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::body::{Bytes, Incoming};
@@ -61,6 +71,18 @@ pub struct Limits {
     pub body_idle_timeout: Duration,
     pub handler_timeout: Option<Duration>,
     pub drain_timeout: Duration,
+    /// Separate treatment of unauthenticated connections (`None`: every connection is
+    /// one of `max_connections`, as for `/metrics`).
+    pub unauthenticated: Option<Unauthenticated>,
+}
+
+/// Bounds of connections until their handler marks them authenticated.
+#[derive(Debug, Clone)]
+pub struct Unauthenticated {
+    /// How many may be open at once; one more evicts the oldest.
+    pub max_connections: usize,
+    /// From accept to an authenticated request head (the TLS handshake included).
+    pub deadline: Duration,
 }
 
 impl Default for Limits {
@@ -74,6 +96,7 @@ impl Default for Limits {
             body_idle_timeout: Duration::from_secs(30),
             handler_timeout: Some(Duration::from_secs(30)),
             drain_timeout: Duration::from_secs(10),
+            unauthenticated: None,
         }
     }
 }
@@ -85,6 +108,37 @@ pub struct ConnInfo {
     /// The client's certificate chain as rustls verified it (empty without TLS or without
     /// client authentication).
     pub client_certs: Vec<CertificateDer<'static>>,
+    /// Set by the handler once a request on this connection passed authentication: it
+    /// lifts the unauthenticated deadline and budget ([`Limits::unauthenticated`]).
+    pub authenticated: Arc<AtomicBool>,
+}
+
+impl ConnInfo {
+    pub fn mark_authenticated(&self) {
+        self.authenticated.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Builds the server's own error answers: `(status, message)` → extra headers and body.
+pub type ErrorFormat =
+    Arc<dyn Fn(StatusCode, &str) -> (Vec<(String, String)>, Vec<u8>) + Send + Sync>;
+
+/// A response of the server itself: `errors`' format when set, else plain text.
+fn own_error(errors: Option<&ErrorFormat>, status: StatusCode, message: String) -> Response {
+    let Some(f) = errors else {
+        return text(status, message);
+    };
+    let (headers, body) = f(status, message.trim_end());
+    let mut r = full(status, "application/json", body);
+    for (k, v) in headers {
+        if let (Ok(k), Ok(v)) = (
+            header::HeaderName::from_bytes(k.as_bytes()),
+            header::HeaderValue::from_str(&v),
+        ) {
+            r.headers_mut().insert(k, v);
+        }
+    }
+    r
 }
 
 /// One listening socket, its handler and limits.
@@ -93,6 +147,7 @@ pub struct Server<H> {
     handler: Arc<H>,
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    errors: Option<ErrorFormat>,
 }
 
 impl<H: Handler> Server<H> {
@@ -102,7 +157,14 @@ impl<H: Handler> Server<H> {
             handler: Arc::new(handler),
             limits: Limits::default(),
             tls: None,
+            errors: None,
         }
+    }
+
+    /// The format of the answers the server writes itself (see the module docs).
+    pub fn errors(mut self, f: ErrorFormat) -> Server<H> {
+        self.errors = Some(f);
+        self
     }
 
     pub fn limits(mut self, limits: Limits) -> Server<H> {
@@ -127,8 +189,9 @@ impl<H: Handler> Server<H> {
             handler,
             limits,
             tls,
+            errors,
         } = self;
-        serve_on(listener, handler, limits, tls, shutdown).await
+        serve_on(listener, handler, limits, tls, errors, shutdown).await
     }
 }
 
@@ -162,18 +225,67 @@ fn accept_backoff(n: u32) -> Duration {
     Duration::from_millis(5u64 << n.saturating_sub(1).min(8)).min(Duration::from_secs(1))
 }
 
+/// The unauthenticated connections of a server, oldest first: their eviction signals.
+#[derive(Default)]
+struct Unverified {
+    next: AtomicU64,
+    open: Mutex<std::collections::VecDeque<(u64, Arc<tokio::sync::Notify>)>>,
+}
+
+impl Unverified {
+    /// Registers a new connection; when more than `max` are open the oldest is told to
+    /// close (its task drops the connection).
+    fn admit(&self, max: usize) -> (u64, Arc<tokio::sync::Notify>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let n = Arc::new(tokio::sync::Notify::new());
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.push_back((id, n.clone()));
+        while open.len() > max.max(1) {
+            if let Some((_, old)) = open.pop_front() {
+                // notify_one keeps the permit if the task is not waiting yet.
+                old.notify_one();
+            }
+        }
+        (id, n)
+    }
+
+    fn leave(&self, id: u64) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.retain(|(i, _)| *i != id);
+    }
+}
+
+/// What a connection task needs besides its socket.
+struct ConnCtx<H> {
+    handler: Arc<H>,
+    limits: Arc<Limits>,
+    errors: Option<ErrorFormat>,
+    unverified: Arc<Unverified>,
+}
+
 async fn serve_on<A: Accept, H: Handler>(
     mut acceptor: A,
     handler: Arc<H>,
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    errors: Option<ErrorFormat>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
-    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    // With a separate budget for unauthenticated connections, the accept loop admits up to
+    // both budgets: while fewer than `max_connections` are authenticated a new connection
+    // is always accepted (evicting the oldest unauthenticated one if need be), so sockets
+    // nobody vouched for never make an authenticated client wait in the backlog.
+    let total = limits.max_connections.max(1)
+        + limits
+            .unauthenticated
+            .as_ref()
+            .map_or(0, |u| u.max_connections.max(1));
+    let permits = Arc::new(tokio::sync::Semaphore::new(total));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut tasks = tokio::task::JoinSet::new();
     let mut failures = 0u32;
     let limits = Arc::new(limits);
+    let unverified = Arc::new(Unverified::default());
     tokio::pin!(shutdown);
     loop {
         while tasks.try_join_next().is_some() {}
@@ -204,39 +316,87 @@ async fn serve_on<A: Accept, H: Handler>(
             },
         };
         let watcher = graceful.watcher();
-        let handler = handler.clone();
-        let limits = limits.clone();
+        let ctx = ConnCtx {
+            handler: handler.clone(),
+            limits: limits.clone(),
+            errors: errors.clone(),
+            unverified: unverified.clone(),
+        };
         let tls = tls.clone();
         tasks.spawn(async move {
             let _permit = permit;
-            match tls {
-                None => {
-                    let info = ConnInfo {
-                        peer,
-                        client_certs: Vec::new(),
-                    };
-                    connection(io, info, handler, limits, watcher).await
-                }
-                Some(acceptor) => {
-                    let hs = tokio::time::timeout(limits.header_timeout, acceptor.accept(io));
-                    match hs.await {
-                        Ok(Ok(tls_io)) => {
-                            let client_certs = tls_io
-                                .get_ref()
-                                .1
-                                .peer_certificates()
-                                .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
-                                .unwrap_or_default();
-                            let info = ConnInfo { peer, client_certs };
-                            connection(tls_io, info, handler, limits, watcher).await
+            let authenticated = Arc::new(AtomicBool::new(false));
+            // Unauthenticated: a deadline and an eviction signal until the handler marks it.
+            let guard = ctx.limits.unauthenticated.as_ref().map(|u| {
+                let (id, evict) = ctx.unverified.admit(u.max_connections);
+                (id, evict, tokio::time::Instant::now() + u.deadline)
+            });
+            let work = async {
+                match tls {
+                    None => {
+                        let info = ConnInfo {
+                            peer,
+                            client_certs: Vec::new(),
+                            authenticated: authenticated.clone(),
+                        };
+                        connection(io, info, &ctx, watcher).await
+                    }
+                    Some(acceptor) => {
+                        let hs =
+                            tokio::time::timeout(ctx.limits.header_timeout, acceptor.accept(io));
+                        match hs.await {
+                            Ok(Ok(tls_io)) => {
+                                let client_certs = tls_io
+                                    .get_ref()
+                                    .1
+                                    .peer_certificates()
+                                    .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+                                    .unwrap_or_default();
+                                let info = ConnInfo {
+                                    peer,
+                                    client_certs,
+                                    authenticated: authenticated.clone(),
+                                };
+                                connection(tls_io, info, &ctx, watcher).await
+                            }
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "http: TLS handshake failed")
+                            }
+                            Err(_) => tracing::debug!(%peer, "http: TLS handshake timed out"),
                         }
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "http: TLS handshake failed")
-                        }
-                        Err(_) => tracing::debug!(%peer, "http: TLS handshake timed out"),
                     }
                 }
+            };
+            let Some((id, evict, deadline)) = guard else {
+                return work.await;
+            };
+            tokio::pin!(work);
+            // Until authenticated: closed at the deadline or when a newer unauthenticated
+            // connection needs the budget. Once authenticated it leaves the budget.
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                if authenticated.load(Ordering::Relaxed) {
+                    ctx.unverified.leave(id);
+                    return work.await;
+                }
+                tokio::select! {
+                    _ = &mut work => break,
+                    _ = evict.notified() => {
+                        if !authenticated.load(Ordering::Relaxed) {
+                            tracing::debug!(%peer, "http: unauthenticated connection evicted by a newer one");
+                            break;
+                        }
+                    }
+                    _ = tokio::time::sleep_until(deadline) => {
+                        if !authenticated.load(Ordering::Relaxed) {
+                            tracing::debug!(%peer, "http: no authenticated request within the deadline");
+                            break;
+                        }
+                    }
+                    _ = tick.tick() => {}
+                }
             }
+            ctx.unverified.leave(id);
         });
     }
     drop(acceptor);
@@ -252,21 +412,26 @@ async fn serve_on<A: Accept, H: Handler>(
 async fn connection<IO, H>(
     io: IO,
     info: ConnInfo,
-    handler: Arc<H>,
-    limits: Arc<Limits>,
+    ctx: &ConnCtx<H>,
     watcher: hyper_util::server::graceful::Watcher,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     H: Handler,
 {
     let peer = info.peer;
-    let l = limits.clone();
+    let l = ctx.limits.clone();
+    let handler = ctx.handler.clone();
+    let errors = ctx.errors.clone();
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let handler = handler.clone();
         let limits = l.clone();
         let info = info.clone();
-        async move { Ok::<_, Infallible>(dispatch(&*handler, &limits, info, req).await) }
+        let errors = errors.clone();
+        async move {
+            Ok::<_, Infallible>(dispatch(&*handler, &limits, errors.as_ref(), info, req).await)
+        }
     });
+    let limits = &ctx.limits;
     let mut b = hyper::server::conn::http1::Builder::new();
     b.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
@@ -274,6 +439,7 @@ async fn connection<IO, H>(
         .max_buf_size(limits.max_head_bytes.max(8192))
         .max_header_size(limits.max_head_bytes)
         .max_headers(limits.max_headers);
+    let io = OwnErrors::new(io, ctx.errors.clone());
     let conn = b.serve_connection(TokioIo::new(io), svc);
     if let Err(e) = watcher.watch(conn).await {
         tracing::debug!(%peer, error = %e, "http: connection ended with an error");
@@ -283,6 +449,7 @@ async fn connection<IO, H>(
 async fn dispatch<H: Handler>(
     handler: &H,
     limits: &Limits,
+    errors: Option<&ErrorFormat>,
     info: ConnInfo,
     req: hyper::Request<Incoming>,
 ) -> Response {
@@ -292,7 +459,8 @@ async fn dispatch<H: Handler>(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limits.max_body_bytes) {
-        let mut r = text(
+        let mut r = own_error(
+            errors,
             StatusCode::PAYLOAD_TOO_LARGE,
             format!(
                 "request body of {} bytes exceeds the limit of {} bytes\n",
@@ -313,11 +481,151 @@ async fn dispatch<H: Handler>(
         None => fut.await,
         Some(t) => match tokio::time::timeout(t, fut).await {
             Ok(r) => r,
-            Err(_) => text(
+            Err(_) => own_error(
+                errors,
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("the request did not complete within {t:?}\n"),
             ),
         },
+    }
+}
+
+/// The connection's socket as hyper sees it. With an [`ErrorFormat`], the answer hyper
+/// writes by itself for a request head it cannot parse (a bare `4xx` head with
+/// `content-length: 0`, written when no handler response is in progress, after which it
+/// closes) is replaced by that format's answer; everything else passes through.
+///
+/// hyper 1 has no hook for those answers (`on_parse_error` writes a `MessageHead` with no
+/// body), hence the rewrite at the byte level. With a format, vectored writes are declared
+/// unsupported so that hyper flattens each message head into one buffer, which is what is
+/// inspected.
+struct OwnErrors<IO> {
+    io: IO,
+    errors: Option<ErrorFormat>,
+    /// A replacement being written: its bytes, how many are out, the length hyper asked.
+    pending: Option<(Vec<u8>, usize, usize)>,
+}
+
+impl<IO> OwnErrors<IO> {
+    fn new(io: IO, errors: Option<ErrorFormat>) -> OwnErrors<IO> {
+        OwnErrors {
+            io,
+            errors,
+            pending: None,
+        }
+    }
+}
+
+/// The status of hyper's own bodiless error head in `buf`, if it is one.
+fn bare_error_head(buf: &[u8]) -> Option<StatusCode> {
+    let rest = buf.strip_prefix(b"HTTP/1.1 ")?;
+    let code = std::str::from_utf8(rest.get(..3)?)
+        .ok()?
+        .parse::<u16>()
+        .ok()?;
+    if !(400..500).contains(&code) {
+        return None;
+    }
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    if end + 4 != buf.len() {
+        return None;
+    }
+    let head = std::str::from_utf8(&buf[..end]).ok()?;
+    // Exactly the headers hyper adds to its automatic answer, nothing a handler sets.
+    let only_auto = head.lines().skip(1).all(|l| {
+        let n = l.split(':').next().unwrap_or("").to_ascii_lowercase();
+        n == "content-length" || n == "date" || n == "connection"
+    });
+    let empty = head
+        .lines()
+        .any(|l| l.eq_ignore_ascii_case("content-length: 0"));
+    (only_auto && empty)
+        .then(|| StatusCode::from_u16(code).ok())
+        .flatten()
+}
+
+fn own_error_bytes(f: &ErrorFormat, status: StatusCode) -> Vec<u8> {
+    let message = match status {
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "request head too large",
+        StatusCode::URI_TOO_LONG => "request target too long",
+        _ => "malformed request (start line or headers)",
+    };
+    let (headers, body) = f(status, message);
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or(""),
+        body.len()
+    );
+    for (k, v) in headers {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(&body);
+    out
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for OwnErrors<IO> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for OwnErrors<IO> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        if this.pending.is_none() {
+            if let Some(f) = &this.errors {
+                if let Some(status) = bare_error_head(buf) {
+                    this.pending = Some((own_error_bytes(f, status), 0, buf.len()));
+                }
+            }
+        }
+        let Some((bytes, done, claimed)) = &mut this.pending else {
+            return std::pin::Pin::new(&mut this.io).poll_write(cx, buf);
+        };
+        while *done < bytes.len() {
+            match std::pin::Pin::new(&mut this.io).poll_write(cx, &bytes[*done..]) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
+                }
+                Poll::Ready(Ok(n)) => *done += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        let n = *claimed;
+        this.pending = None;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        // Only when rewriting: a server without an error format keeps hyper's strategy.
+        self.errors.is_none() && self.io.is_write_vectored()
     }
 }
 

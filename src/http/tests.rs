@@ -221,6 +221,7 @@ async fn emfile_is_backed_off_not_spun() {
         Arc::new(router()),
         Limits::default(),
         None,
+        None,
         async move {
             let _ = rx.await;
         },

@@ -67,17 +67,18 @@ pub struct ReceiverConfig {
     pub idle_timeout: Duration,
 }
 
-struct Slot {
-    last_seen: Instant,
-    /// One request at a time per transfer.
-    lock: Arc<tokio::sync::Mutex<()>>,
-}
-
 pub struct Receiver {
     cfg: ReceiverConfig,
+    /// The staging root, opened once: `ready/…` is reached from it by descriptor.
+    root: Dir,
     transfers: Dir,
     transfers_path: PathBuf,
-    slots: Mutex<HashMap<String, Slot>>,
+    /// Concurrency slots: transfer id → last request. Held only by a live, unpublished
+    /// transfer, from its accepted manifest to its commit, cancel or failure (or idleness).
+    slots: Mutex<HashMap<String, Instant>>,
+    /// One request at a time per transfer, slot or not (a GET must not read a file a PUT
+    /// is writing). An entry nobody holds is dropped at the next lookup.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     commit_lock: tokio::sync::Mutex<()>,
     pub metrics: Arc<StreamMetrics>,
 }
@@ -124,6 +125,26 @@ pub fn error_response(e: &StreamError) -> Resp {
         );
     }
     r
+}
+
+/// The receiver's form of an answer the HTTP server writes itself (a request head hyper
+/// cannot parse: 400, 414, 431; a body above the server's limit: 413): the JSON error body
+/// and `cleave-protocol`, like every other answer.
+pub fn parser_error(status: hyper::StatusCode, message: &str) -> (Vec<(String, String)>, Vec<u8>) {
+    let body = ErrorBody {
+        error: ErrorDetail {
+            reason: crate::reason::Reason::InvalidRequest.as_str().to_string(),
+            message: format!("{} {message}", status.as_u16()),
+            offset: None,
+        },
+    };
+    (
+        vec![(
+            PROTOCOL_HEADER.to_string(),
+            manifest::PROTOCOL_VERSION.to_string(),
+        )],
+        serde_json::to_vec(&body).unwrap_or_default(),
+    )
 }
 
 /// Constant-time comparison: the token check must not leak its prefix through timing.
@@ -190,10 +211,19 @@ fn decode_boundary(v: &[u8]) -> Option<Boundary> {
 }
 
 /// The commit journal: where the assembled child goes, written before the first rename.
+///
+/// `generation` is the child's generation at the target; `staged_generation` the one its
+/// files carry in `transfers/<id>/sstable/`. They differ once a rename into the target met
+/// an existing file (another child took the generation while this commit was interrupted):
+/// the journal is then rewritten with a fresh `generation`, and since the staged names do
+/// not change, that rewrite is the only step and is atomic.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Journal {
     target: PathBuf,
     generation: u32,
+    /// 0 in journals written before the field existed: the same as `generation`.
+    #[serde(default)]
+    staged_generation: u32,
     partitions: u64,
     fingerprint: String,
     data_crc32: u32,
@@ -211,7 +241,8 @@ impl Receiver {
         let transfers_path = cfg.staging.join("transfers");
         fs::create_dir_all(&transfers_path).map_err(io_at(&transfers_path))?;
         fs::create_dir_all(cfg.staging.join("ready")).map_err(io_at(&cfg.staging))?;
-        let transfers = Dir::open(&transfers_path).map_err(io_at(&transfers_path))?;
+        let root = Dir::open(&cfg.staging).map_err(io_at(&cfg.staging))?;
+        let transfers = root.open_dir("transfers").map_err(io_at(&transfers_path))?;
         for t in &cfg.allow_tables {
             let ok = t.split_once('.').is_some_and(|(k, tb)| {
                 manifest::check_identifier("keyspace", k).is_ok()
@@ -225,9 +256,11 @@ impl Receiver {
         }
         Ok(Receiver {
             cfg,
+            root,
             transfers,
             transfers_path,
             slots: Mutex::new(HashMap::new()),
+            locks: Mutex::new(HashMap::new()),
             commit_lock: tokio::sync::Mutex::new(()),
             metrics,
         })
@@ -258,7 +291,9 @@ impl Receiver {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| StreamError::Unauthorized("no bearer token".into()))?;
-        if !ct_eq(given.trim().as_bytes(), token.as_bytes()) {
+        // Exactly the token: no whitespace is trimmed (the parser already removed the
+        // header's own leading and trailing blanks; what is left is part of the value).
+        if !ct_eq(given.as_bytes(), token.as_bytes()) {
             return Err(StreamError::Unauthorized("wrong bearer token".into()));
         }
         Ok(())
@@ -270,6 +305,11 @@ impl Receiver {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
     {
         self.authenticate(req.headers())?;
+        // The connection has shown its credentials: the server lifts its unauthenticated
+        // deadline and budget (`crate::http::Unauthenticated`).
+        if let Some(info) = req.extensions().get::<crate::http::ConnInfo>() {
+            info.mark_authenticated();
+        }
         let path = req.uri().path().to_string();
         let rest = path
             .strip_prefix("/v1/transfers/")
@@ -293,18 +333,19 @@ impl Receiver {
                     .await
                     .map_err(|e| StreamError::TooLarge(format!("manifest body: {e}")))?
                     .to_bytes();
+                let _g = self.lock(&id).lock_owned().await;
                 self.put_manifest(&id, &body)
             }
             (Method::GET, [_]) => {
-                let _g = self.lock(&id, false)?.lock_owned().await;
+                let _g = self.lock(&id).lock_owned().await;
                 blocking(|| self.state(&id)).map(|s| json_response(200, &s))
             }
             (Method::DELETE, [_]) => {
-                let _g = self.lock(&id, false)?.lock_owned().await;
+                let _g = self.lock(&id).lock_owned().await;
                 blocking(|| self.cancel(&id))
             }
             (Method::POST, [_, "commit"]) => {
-                let _g = self.lock(&id, true)?.lock_owned().await;
+                let _g = self.lock(&id).lock_owned().await;
                 let _c = self.commit_lock.lock().await;
                 blocking(|| self.commit(&id)).map(|v| json_response(200, &v))
             }
@@ -325,7 +366,7 @@ impl Receiver {
                     })?;
                 let len = content_length(req.headers())
                     .ok_or_else(|| StreamError::Invalid("Content-Length is required".into()))?;
-                let _g = self.lock(&id, true)?.lock_owned().await;
+                let _g = self.lock(&id).lock_owned().await;
                 // A full disk at any step (a data write, an fsync, an offset file) ends the
                 // transfer: its staging is removed so the space comes back at once, and a
                 // resend starts over after the free-space pre-check.
@@ -343,41 +384,58 @@ impl Receiver {
         }
     }
 
-    /// The per-transfer lock, taking a concurrency slot when `take_slot` and the transfer
-    /// has none (429 when all are held).
-    fn lock(&self, id: &str, take_slot: bool) -> Result<Arc<tokio::sync::Mutex<()>>, StreamError> {
+    /// The per-transfer lock (no slot: see `take_slot`).
+    fn lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = match self.locks.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        locks
+            .entry(id.to_string())
+            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(())))
+            .clone()
+    }
+
+    /// Takes (or refreshes) the concurrency slot of `id`: called only once the transfer is
+    /// known to be live and unpublished, under its lock, so that a request that ends in a
+    /// 404 or 409 never holds one (429 when all are held).
+    fn take_slot(&self, id: &str) -> Result<(), StreamError> {
         let mut slots = match self.slots.lock() {
             Ok(s) => s,
             Err(p) => p.into_inner(),
         };
         let now = Instant::now();
-        let idle = self.cfg.idle_timeout;
-        slots.retain(|_, s| {
-            now.duration_since(s.last_seen) < idle || Arc::strong_count(&s.lock) > 1
-        });
-        if let Some(s) = slots.get_mut(id) {
-            s.last_seen = now;
-            return Ok(s.lock.clone());
+        if let Some(t) = slots.get_mut(id) {
+            *t = now;
+            return Ok(());
         }
-        if take_slot && slots.len() >= self.cfg.max_transfers {
+        let idle = self.cfg.idle_timeout;
+        let busy: Vec<String> = {
+            let locks = match self.locks.lock() {
+                Ok(l) => l,
+                Err(p) => p.into_inner(),
+            };
+            locks
+                .iter()
+                .filter(|(_, l)| Arc::strong_count(l) > 1)
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        // An idle transfer gives its slot up (its staging stays for a resume); one with a
+        // request in progress (a body that takes hours) never does.
+        slots.retain(|k, t| now.duration_since(*t) < idle || busy.contains(k));
+        if slots.len() >= self.cfg.max_transfers {
+            self.metrics.active.set(slots.len() as i64);
             return Err(StreamError::TooManyTransfers {
                 active: slots.len(),
                 limit: self.cfg.max_transfers,
                 retry_after_secs: self.cfg.retry_after_secs,
             });
         }
-        let lock = Arc::new(tokio::sync::Mutex::new(()));
-        if take_slot {
-            slots.insert(
-                id.to_string(),
-                Slot {
-                    last_seen: now,
-                    lock: lock.clone(),
-                },
-            );
-        }
+        slots.insert(id.to_string(), now);
         self.metrics.active.set(slots.len() as i64);
-        Ok(lock)
+        Ok(())
     }
 
     fn release(&self, id: &str) {
@@ -406,9 +464,34 @@ impl Receiver {
             })
     }
 
+    /// The stored manifest, `None` when there is no valid one: a crash (or ENOSPC) between
+    /// creating `transfers/<id>` and the manifest's rename leaves such a directory, and it
+    /// must count as no transfer at all (else the id could never be sent again).
+    fn stored_manifest(
+        &self,
+        id: &str,
+        dir: &Dir,
+    ) -> Result<Option<(Vec<u8>, Manifest)>, StreamError> {
+        let b = match read_all(dir, "manifest", &self.dir_path(id)) {
+            Ok(b) => b,
+            Err(StreamError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        match manifest::decode(&b) {
+            Ok(m) if m.transfer == id => Ok(Some((b, m))),
+            _ => Ok(None),
+        }
+    }
+
     fn load_manifest(&self, id: &str, dir: &Dir) -> Result<Manifest, StreamError> {
-        let b = read_all(dir, "manifest", &self.dir_path(id))?;
-        Ok(manifest::decode(&b)?)
+        match self.stored_manifest(id, dir)? {
+            Some((_, m)) => Ok(m),
+            None => Err(StreamError::NotFound(format!(
+                "no transfer {id} (its directory has no valid manifest: send the manifest again)"
+            ))),
+        }
     }
 
     fn verdict(&self, id: &str, dir: &Dir) -> Result<Option<Verdict>, StreamError> {
@@ -595,44 +678,74 @@ impl Receiver {
                 )));
             }
         }
-        blocking(|| match self.transfers.open_dir(id) {
-            Ok(dir) => {
-                let stored = read_all(&dir, "manifest", &self.dir_path(id))?;
-                if stored != body {
-                    return Err(StreamError::Conflict {
-                            message: format!(
-                                "transfer {id} exists with a different manifest: a transfer id names one child"
-                            ),
-                            offset: None,
-                        });
-                }
-                if self.verdict(id, &dir)?.is_none() {
-                    self.lock(id, true)?;
-                }
-                Ok(json_response(200, &self.state(id)?))
+        blocking(|| {
+            match self.transfers.open_dir(id) {
+                Ok(dir) => match self.stored_manifest(id, &dir)? {
+                    Some((stored, stored_m)) => {
+                        if stored != body {
+                            return Err(StreamError::Conflict {
+                                message: format!(
+                                    "transfer {id} exists with a different manifest: a transfer id names one child"
+                                ),
+                                offset: None,
+                            });
+                        }
+                        if self.verdict(id, &dir)?.is_none() {
+                            self.take_slot(id)?;
+                        } else {
+                            // A replay is where a sender learns it is published (it then
+                            // sends no commit): clear what a crash after the verdict left.
+                            self.clean_published(id, &dir, &stored_m);
+                        }
+                        return Ok(json_response(200, &self.state(id)?));
+                    }
+                    None => {
+                        // An interrupted accept: nothing in it was acknowledged to anyone.
+                        drop(dir);
+                        tracing::info!(
+                            transfer = id,
+                            "staging directory without a valid manifest removed"
+                        );
+                        let p = self.dir_path(id);
+                        fs::remove_dir_all(&p).map_err(io_at(&p))?;
+                    }
+                },
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(self.fail_open(id, e)),
             }
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                self.lock(id, true)?;
-                if let Err(e) = self.check_space(&m) {
-                    self.release(id);
-                    return Err(e);
-                }
-                self.transfers
-                    .create_dir(id)
-                    .map_err(io_at(&self.dir_path(id)))?;
+            self.take_slot(id)?;
+            if let Err(e) = self.check_space(&m) {
+                self.release(id);
+                return Err(e);
+            }
+            if let Err(e) = self.transfers.create_dir(id) {
+                self.release(id);
+                return Err(StreamError::io(self.dir_path(id).display(), e));
+            }
+            // From here a failure removes the directory again (and frees the slot), so that
+            // a full disk or an I/O error leaves no half-accepted transfer behind.
+            let accept = || -> Result<(), StreamError> {
                 self.transfers.sync().map_err(io_at(&self.transfers_path))?;
+                crate::io::fault::point("stream-receive:created");
                 let dir = self.open_transfer(id)?;
+                // A fallible point: tests inject ENOSPC on the manifest's write here.
+                crate::io::fault::io_point("stream-receive:manifest-write")
+                    .map_err(io_at(&self.dir_path(id).join("manifest")))?;
                 write_atomic(&dir, "manifest", body, &self.dir_path(id))?;
-                tracing::info!(
-                    transfer = id,
-                    keyspace = m.keyspace,
-                    table = m.table,
-                    bytes = m.total_bytes(),
-                    "transfer accepted"
-                );
-                Ok(json_response(201, &self.state(id)?))
+                crate::io::fault::point("stream-receive:accepted");
+                Ok(())
+            };
+            if let Err(e) = accept() {
+                return Err(self.fail(id, e));
             }
-            Err(e) => Err(self.fail_open(id, e)),
+            tracing::info!(
+                transfer = id,
+                keyspace = m.keyspace,
+                table = m.table,
+                bytes = m.total_bytes(),
+                "transfer accepted"
+            );
+            Ok(json_response(201, &self.state(id)?))
         })
     }
 
@@ -750,6 +863,8 @@ impl Receiver {
                 offset: None,
             });
         }
+        // Live and unpublished: this transfer holds (or takes back) a slot.
+        self.take_slot(id)?;
         let entry = m
             .file(component)
             .ok_or_else(|| {
@@ -773,7 +888,14 @@ impl Receiver {
                 entry.size
             )));
         }
-        let chunking = self.chunking(id, &dir, &m, component)?;
+        // A chunk table that does not parse is as corrupt as a bad chunk: the same failure
+        // path (staging removed, slot released), not a 422 that keeps both.
+        let chunking = self
+            .chunking(id, &dir, &m, component)
+            .map_err(|e| match e {
+                StreamError::Corrupt(_) => self.fail(id, e),
+                e => e,
+            })?;
         let path = self.dir_path(id).join(component);
         let file = match dir.open_rw(component) {
             Ok(f) => f,
@@ -875,6 +997,7 @@ impl Receiver {
             .map_err(|e| self.fail(id, StreamError::Corrupt(format!("{}: {e}", path.display()))))?;
         blocking(|| -> Result<(), StreamError> {
             file.sync_all().map_err(io_at(&path))?;
+            crate::io::fault::point("stream-receive:file-synced");
             write_atomic(
                 &dir,
                 &format!("{component}.offset"),
@@ -885,6 +1008,7 @@ impl Receiver {
                 &self.dir_path(id),
             )
         })?;
+        crate::io::fault::point("stream-receive:file-done");
         self.metrics
             .bytes
             .with_label_values(&["receive", "verified"])
@@ -903,6 +1027,7 @@ impl Receiver {
         let dir = self.open_transfer(id)?;
         if let Some(v) = self.verdict(id, &dir)? {
             // Published children are the destination's data now; cancel keeps them.
+            self.release(id);
             return Ok(json_response(200, &v));
         }
         self.discard(id, "Cancelled");
@@ -916,10 +1041,14 @@ impl Receiver {
         let dir = self.open_transfer(id)?;
         let m = self.load_manifest(id, &dir)?;
         if let Some(v) = self.verdict(id, &dir)? {
+            // A crash after the verdict may have left the rest of the staging behind.
+            self.release(id);
+            self.clean_published(id, &dir, &m);
             return Ok(v);
         }
+        self.take_slot(id)?;
         let tdir = self.dir_path(id);
-        let journal: Journal = if exists(&dir, "publish.json") {
+        let mut journal: Journal = if exists(&dir, "publish.json") {
             let b = read_all(&dir, "publish.json", &tdir)?;
             serde_json::from_slice(&b)
                 .map_err(|e| StreamError::Invalid(format!("publish.json of {id}: {e}")))?
@@ -941,16 +1070,30 @@ impl Receiver {
                 Err(e) => return Err(self.fail(id, e)),
             }
         };
-        let desc = Descriptor {
-            dir: tdir.join("sstable"),
-            version: Version::parse(&m.version)
-                .ok_or_else(|| StreamError::Invalid(format!("version {}", m.version)))?,
-            id: SSTableId::Sequence(journal.generation),
+        if journal.staged_generation == 0 {
+            journal.staged_generation = journal.generation;
+        }
+        let version = Version::parse(&m.version)
+            .ok_or_else(|| StreamError::Invalid(format!("version {}", m.version)))?;
+        let desc = |generation: u32, dir: PathBuf| Descriptor {
+            dir,
+            version,
+            id: SSTableId::Sequence(generation),
             format: Format::Big,
         };
+        let (target, table) = self.target_dir(&m)?;
+        if target != journal.target {
+            return Err(StreamError::Check(format!(
+                "the journal of {id} publishes into {}, the table's directory is now {}",
+                journal.target.display(),
+                target.display()
+            )));
+        }
+        let sdir_path = tdir.join("sstable");
+        let sdir = dir.open_dir("sstable").map_err(io_at(&sdir_path))?;
+        let tgt = self.open_target(&m, true)?;
         // Move the checked child into place, TOC last (Cassandra ignores an sstable
         // without TOC); a crash here is finished by the next commit from the journal.
-        fs::create_dir_all(&journal.target).map_err(io_at(&journal.target))?;
         let mut components: Vec<Component> = m
             .files
             .iter()
@@ -958,34 +1101,87 @@ impl Receiver {
             .collect();
         components.push(Component::Digest);
         components.push(Component::Toc);
-        let mut published = Vec::new();
-        for c in &components {
-            let from = desc.path(c);
-            let to = journal.target.join(desc.file_name(c));
-            if from.exists() {
-                fs::rename(&from, &to).map_err(io_at(&to))?;
-            } else if !to.exists() {
-                return Err(StreamError::Check(format!(
-                    "{} is neither in staging nor at {}",
-                    desc.file_name(c),
-                    to.display()
-                )));
+        let mut attempts = 0;
+        let published = 'publish: loop {
+            let staged = desc(journal.staged_generation, sdir_path.clone());
+            let fin = desc(journal.generation, target.clone());
+            let mut published = Vec::new();
+            // Files of this child already at the target. A file leaves `sstable/` only by
+            // the rename below, so one missing there and present at the target is ours.
+            let mut ours: Vec<(String, String)> = Vec::new();
+            for c in &components {
+                let from = staged.file_name(c);
+                let to = fin.file_name(c);
+                let at_target = fin.path(c);
+                if sdir.contains(&from).map_err(io_at(&staged.path(c)))? {
+                    match sdir.rename_noreplace(&from, &tgt, &to) {
+                        Ok(()) => crate::io::fault::point("stream-receive:renamed"),
+                        Err(e)
+                            if e.raw_os_error() == Some(libc::EEXIST)
+                                && sdir.same_file(&from, &tgt, &to).unwrap_or(false) =>
+                        {
+                            // A link whose unlink a crash interrupted (the fallback of
+                            // filesystems without RENAME_NOREPLACE): it is ours already.
+                            sdir.remove_file(&from).map_err(io_at(&staged.path(c)))?;
+                        }
+                        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                            // Another child has this name: the generation was taken while
+                            // this commit was interrupted. Never replace it: take back what
+                            // of ours is there, choose a free generation, journal it, redo.
+                            attempts += 1;
+                            if attempts > 16 {
+                                return Err(StreamError::Check(format!(
+                                    "{} exists at the target; no free generation after {attempts} tries",
+                                    at_target.display()
+                                )));
+                            }
+                            for (f, t) in &ours {
+                                tgt.rename_noreplace(t, &sdir, f)
+                                    .map_err(io_at(&target.join(t)))?;
+                            }
+                            tgt.sync().map_err(io_at(&target))?;
+                            sdir.sync().map_err(io_at(&sdir_path))?;
+                            let g =
+                                self.choose_generation(id, &target, table.as_deref(), &sdir_path)?;
+                            tracing::warn!(
+                                transfer = id,
+                                taken = journal.generation,
+                                generation = g,
+                                "{} exists: publishing under a new generation",
+                                at_target.display()
+                            );
+                            journal.generation = g;
+                            let jb = serde_json::to_vec(&journal).unwrap_or_default();
+                            write_atomic(&dir, "publish.json", &jb, &tdir)?;
+                            crate::io::fault::point("stream-receive:rechosen");
+                            continue 'publish;
+                        }
+                        Err(e) => return Err(StreamError::io(at_target.display(), e)),
+                    }
+                } else if !tgt.contains(&to).map_err(io_at(&at_target))? {
+                    return Err(StreamError::Check(format!(
+                        "{from} is neither in staging nor at {}",
+                        at_target.display()
+                    )));
+                }
+                ours.push((from, to));
+                if *c == Component::Data {
+                    published.insert(0, at_target.display().to_string());
+                } else {
+                    published.push(at_target.display().to_string());
+                }
             }
-            if *c == Component::Data {
-                published.insert(0, to.display().to_string());
-            } else {
-                published.push(to.display().to_string());
-            }
-        }
-        crate::io::fs::sync_dir(&journal.target).map_err(io_at(&journal.target))?;
+            break published;
+        };
+        tgt.sync().map_err(io_at(&target))?;
         crate::io::fault::point("stream-receive:published");
         // Re-open where Cassandra will read it.
-        let data = journal.target.join(desc.file_name(&Component::Data));
+        let data = desc(journal.generation, target.clone()).path(&Component::Data);
         SSTable::open(&data)
             .and_then(|t| t.check(CheckLevel::Index, &mut |_| {}))
             .map_err(|e| StreamError::Check(format!("published child {}: {e}", data.display())))?;
         let import_output = if m.import == Import::Import {
-            Some(self.run_import(&m, &journal.target)?)
+            Some(self.run_import(&m, &target)?)
         } else {
             None
         };
@@ -1002,19 +1198,150 @@ impl Receiver {
         };
         let vb = serde_json::to_vec(&verdict).unwrap_or_default();
         write_atomic(&dir, "verdict.json", &vb, &tdir)?;
-        // Only the manifest and the verdict stay: they make a replay a no-op.
-        for f in &m.files {
-            let _ = fs::remove_file(tdir.join(format!("{}.offset", f.component)));
-        }
-        let _ = fs::remove_dir_all(tdir.join("sstable"));
-        let _ = fs::remove_file(tdir.join("publish.json"));
+        crate::io::fault::point("stream-receive:verdict");
+        self.clean_published(id, &dir, &m);
         self.release(id);
         self.metrics
             .transfers
             .with_label_values(&["receive", "ok"])
             .inc();
-        tracing::info!(transfer = id, target = %journal.target.display(), "child published");
+        tracing::info!(transfer = id, target = %target.display(), "child published");
         Ok(verdict)
+    }
+
+    /// Only the manifest and the verdict stay once published: they make a replay a no-op.
+    fn clean_published(&self, id: &str, dir: &Dir, m: &Manifest) {
+        for f in &m.files {
+            let _ = dir.remove_file(&format!("{}.offset", f.component));
+            let _ = dir.remove_file(&format!("{}.offset.tmp", f.component));
+        }
+        // std's remove_dir_all does not follow symlinks (it removes the link itself).
+        let _ = fs::remove_dir_all(self.dir_path(id).join("sstable"));
+        let _ = dir.remove_file("publish.json");
+        let _ = dir.remove_file("publish.json.tmp");
+    }
+
+    /// Opens (creating with `create`) the directory a child of `m` is published into, each
+    /// level by descriptor and never through a symlink: `ready/<ks>/<table>` below the
+    /// staging root, `<ks>/<table dir>/cleave-staged/<group>[/<transfer>]` below the data
+    /// directory. A symlink anywhere is refused (400), so nothing lands outside.
+    fn open_target(&self, m: &Manifest, create: bool) -> Result<Dir, StreamError> {
+        let (path, table) = self.target_dir(m)?;
+        let refuse = |e: std::io::Error| {
+            match e.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) => StreamError::Invalid(format!(
+                "a component of {} is a symlink or not a directory: refused (publish paths are never followed)",
+                path.display()
+            )),
+            _ => StreamError::io(path.display(), e),
+        }
+        };
+        match (&table, &self.cfg.data_dir) {
+            (None, _) => self
+                .root
+                .walk(&["ready", &m.keyspace, &m.table], create)
+                .map_err(refuse),
+            (Some(t), Some(data)) => {
+                let tname = t
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let mut names: Vec<&str> = vec![&m.keyspace, &tname];
+                let base = Dir::open_configured(data).map_err(io_at(data))?;
+                let t = base.walk(&names, false).map_err(refuse)?;
+                names.clear();
+                names.push("cleave-staged");
+                names.push(&m.group);
+                if m.import == Import::Import {
+                    names.push(&m.transfer);
+                }
+                t.walk(&names, create).map_err(refuse)
+            }
+            (Some(_), None) => Err(StreamError::Invalid(format!(
+                "import {:?} needs the receiver's --data-dir",
+                m.import
+            ))),
+        }
+    }
+
+    /// The highest generation a commit journal of any other transfer holds. A journal
+    /// lives from before a child's first rename until after its last, so with the target
+    /// directories (scanned by `next_generations`) it covers every generation in use: a
+    /// commit interrupted between its journal and its renames keeps its generation.
+    fn journaled_generations(&self, except: &str) -> u32 {
+        let Ok(rd) = fs::read_dir(&self.transfers_path) else {
+            return 0;
+        };
+        let mut max = 0;
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == except {
+                continue;
+            }
+            let Ok(d) = self.transfers.open_dir(&name) else {
+                continue;
+            };
+            let Ok(b) = read_all(&d, "publish.json", &self.dir_path(&name)) else {
+                continue;
+            };
+            if let Ok(j) = serde_json::from_slice::<Journal>(&b) {
+                max = max.max(j.generation).max(j.staged_generation);
+            }
+        }
+        max
+    }
+
+    /// A generation free at the target and the table directory, and in no other journal.
+    /// Commits are serialised (`commit_lock`), so nothing takes it between here and the
+    /// journal that records it.
+    fn choose_generation(
+        &self,
+        id: &str,
+        target: &Path,
+        table: Option<&Path>,
+        sdir: &Path,
+    ) -> Result<u32, StreamError> {
+        let mut dirs: Vec<&Path> = vec![target, sdir];
+        if let Some(t) = table {
+            dirs.push(t);
+        }
+        let scanned = crate::split::publish::next_generations(&dirs, 1)
+            .map_err(|e| StreamError::Check(e.to_string()))?
+            .first()
+            .copied()
+            .unwrap_or(1);
+        let journaled = self.journaled_generations(id);
+        journaled
+            .checked_add(1)
+            .map(|j| j.max(scanned))
+            .filter(|g| *g <= i32::MAX as u32)
+            .ok_or_else(|| StreamError::Check("no free sequence generation below 2^31".into()))
+    }
+
+    /// Undoes an assemble a crash interrupted before its journal: received files go back
+    /// to their received names, what assemble wrote itself (Digest, TOC) is removed.
+    fn unstage(&self, id: &str, dir: &Dir, sdir: &Dir, m: &Manifest) -> Result<(), StreamError> {
+        let sp = self.dir_path(id).join("sstable");
+        let rd = fs::read_dir(&sp).map_err(io_at(&sp))?;
+        for e in rd {
+            let e = e.map_err(io_at(&sp))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let received = Descriptor::from_path(&e.path())
+                .ok()
+                .map(|(_, c)| c.file_name().to_string())
+                .filter(|c| m.file(c).is_some());
+            match received {
+                Some(c) => {
+                    // The staged copy is the one that was complete and verified; anything
+                    // under the received name was written after it.
+                    dir.remove_file(&c).map_err(io_at(&sp))?;
+                    sdir.rename_noreplace(&name, dir, &c)
+                        .map_err(io_at(&sp.join(&name)))?;
+                }
+                _ => sdir.remove_file(&name).map_err(io_at(&sp.join(&name)))?,
+            }
+        }
+        dir.sync().map_err(io_at(&self.dir_path(id)))
     }
 
     /// Names the received files as an sstable, writes Digest.crc32 and TOC.txt, runs the
@@ -1022,19 +1349,25 @@ impl Receiver {
     fn assemble(&self, id: &str, dir: &Dir, m: &Manifest) -> Result<Journal, StreamError> {
         let tdir = self.dir_path(id);
         let (target, table) = self.target_dir(m)?;
-        let sdir = tdir.join("sstable");
-        fs::create_dir_all(&sdir).map_err(io_at(&sdir))?;
-        let mut dirs: Vec<&Path> = vec![&target, &sdir];
-        if let Some(t) = &table {
-            dirs.push(t);
-        }
-        let generation = crate::split::publish::next_generations(&dirs, 1)
-            .map_err(|e| StreamError::Check(e.to_string()))?
-            .first()
-            .copied()
-            .unwrap_or(1);
+        // Created now (and refused if a symlink is on the way) so that the scan below sees
+        // it and the renames of the commit cannot fail for a missing directory.
+        let tgt = self.open_target(m, true)?;
+        drop(tgt);
+        let sdir_path = tdir.join("sstable");
+        let sdir = dir.create_open_dir("sstable").map_err(|e| {
+            if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)) {
+                StreamError::Invalid(format!(
+                    "{} is a symlink or not a directory: refused",
+                    sdir_path.display()
+                ))
+            } else {
+                StreamError::io(sdir_path.display(), e)
+            }
+        })?;
+        self.unstage(id, dir, &sdir, m)?;
+        let generation = self.choose_generation(id, &target, table.as_deref(), &sdir_path)?;
         let desc = Descriptor {
-            dir: sdir.clone(),
+            dir: sdir_path.clone(),
             version: Version::parse(&m.version)
                 .ok_or_else(|| StreamError::Invalid(format!("version {}", m.version)))?,
             id: SSTableId::Sequence(generation),
@@ -1043,13 +1376,14 @@ impl Receiver {
         let mut toc = Vec::new();
         for f in &m.files {
             let c = Component::parse(&f.component);
-            fs::rename(tdir.join(&f.component), desc.path(&c)).map_err(io_at(&desc.path(&c)))?;
+            dir.rename_noreplace(&f.component, &sdir, &desc.file_name(&c))
+                .map_err(io_at(&desc.path(&c)))?;
             toc.push(c);
         }
         let data_crc32 = self.progress(dir, "Data.db").crc;
         let write = |c: &Component, b: &[u8]| -> Result<(), StreamError> {
             let p = desc.path(c);
-            let mut f = fs::File::create(&p).map_err(io_at(&p))?;
+            let mut f = sdir.create_new(&desc.file_name(c)).map_err(io_at(&p))?;
             f.write_all(b).map_err(io_at(&p))?;
             f.sync_all().map_err(io_at(&p))
         };
@@ -1060,7 +1394,8 @@ impl Receiver {
         toc.push(Component::Digest);
         toc.push(Component::Toc);
         write(&Component::Toc, &Toc { components: toc }.serialize())?;
-        crate::io::fs::sync_dir(&sdir).map_err(io_at(&sdir))?;
+        sdir.sync().map_err(io_at(&sdir_path))?;
+        crate::io::fault::point("stream-receive:assembled");
         let data = desc.path(&Component::Data);
         let t = SSTable::open(&data)
             .map_err(|e| StreamError::Check(format!("received child does not open: {e}")))?;
@@ -1070,6 +1405,7 @@ impl Receiver {
         let j = Journal {
             target,
             generation,
+            staged_generation: generation,
             partitions: rep.partitions,
             fingerprint: fingerprint_string(&rep.fingerprint),
             data_crc32,
@@ -1077,6 +1413,9 @@ impl Receiver {
         };
         let jb = serde_json::to_vec(&j).unwrap_or_default();
         write_atomic(dir, "publish.json", &jb, &tdir)?;
+        // The window of issue 22's data loss: the generation is journaled, nothing is at
+        // the target yet.
+        crate::io::fault::point("stream-receive:journaled");
         Ok(j)
     }
 
