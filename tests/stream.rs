@@ -1624,3 +1624,89 @@ fn range_children_of_na_nb_oa_sstables_hold_the_parents_cqlite_rows_in_the_range
     }
     assert_eq!(compared, 6);
 }
+
+/// Issue 16: what reaches a receiver follows the Cassandra that reads it. A range child made
+/// for 4.1 keeps its dead prefix and a receiver of an unknown (or 5.0.5+) node refuses it
+/// (CheckFailed, nothing published); a 4.1 receiver takes it; a child made for the unknown
+/// target starts with a partition at position 0 (filler partitions, counted apart by
+/// sstcheck) and holds exactly the parent's keys in the ranges.
+#[test]
+fn range_children_follow_the_receiving_cassandra() {
+    let Some(shared) = corpus_or_skip("stream target") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src/ks/t-0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(&src).unwrap();
+    let out = Command::new(cleave_bin())
+        .args(["gen", "--size", "8MiB", "--compressible", "--out"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let data = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with("-Data.db"))
+        .unwrap();
+    let (_, t) = token_args(tmp.path(), "tok");
+    let t: Vec<&str> = t.iter().map(String::as_str).collect();
+    let ranges = "-3000000000000000000:4000000000000000000";
+    let strict = serve(&tmp.path().join("strict"), &t);
+    let mut args = t.clone();
+    args.extend([
+        "--ranges",
+        ranges,
+        "--target-cassandra",
+        "4.1",
+        "--retries",
+        "0",
+    ]);
+    args.extend(["--transfer-prefix", "a"]);
+    let s = send(strict.port, &[&data], &args);
+    assert!(
+        !s.ok,
+        "a dead-prefix child reached a strict receiver: {}",
+        s.stdout
+    );
+    assert!(
+        s.stdout.contains("CheckFailed") || s.stderr.contains("CheckFailed"),
+        "{}\n{}",
+        s.stdout,
+        s.stderr
+    );
+    assert!(
+        !files_under(&strict.staging.join("ready"))
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with("-Data.db")),
+        "nothing published"
+    );
+    let old = serve(
+        &tmp.path().join("old"),
+        &[&t[..], &["--cassandra-version", "4.1"]].concat(),
+    );
+    let s = send(old.port, &[&data], &args);
+    assert!(s.ok, "{}", s.stderr);
+    let v = json(&s);
+    let d = PathBuf::from(v[0]["verdict"]["published"][0].as_str().unwrap());
+    assert_ne!(
+        sstcheck_json(&shared, &d)["first_position"],
+        0,
+        "4.1 keeps the dead prefix"
+    );
+    let mut args = t.clone();
+    args.extend(["--transfer-prefix", "b"]);
+    let n = send_ranges_and_check(&shared, &strict, &args, &data, ranges, "b");
+    assert!(n >= 1);
+    for p in files_under(&strict.staging.join("ready")) {
+        if p.to_string_lossy().ends_with("-Data.db") {
+            let c = sstcheck_json(&shared, &p);
+            assert_eq!(c["first_position"], 0, "{}", p.display());
+            assert!(c["empty_partitions"].as_u64().unwrap() > 0, "{c}");
+        }
+    }
+}

@@ -181,6 +181,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 &a.stream,
                 Some(a.data_dir.clone()),
                 f64::from(a.min_free_percent),
+                a.cassandra_version,
                 metrics.stream.clone(),
                 stop(),
             )

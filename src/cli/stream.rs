@@ -72,6 +72,11 @@ pub struct ServeArgs {
     /// Refuse (507) a transfer that would leave less free space than this.
     #[arg(long, default_value_t = 10.0)]
     pub min_free_percent: f64,
+    /// The Cassandra release that will read what this receiver publishes. From 5.0.5 (and
+    /// when unknown, the default) a child whose first partition is not at Data.db
+    /// position 0 is refused (422 CheckFailed): that Cassandra's compaction misreads it.
+    #[arg(long, default_value = "unknown", value_parser = clap::value_parser!(cleave::sstable::cassandra::TargetCassandra))]
+    pub cassandra_version: cleave::sstable::cassandra::TargetCassandra,
 }
 
 #[derive(clap::Args)]
@@ -172,6 +177,7 @@ pub async fn spawn_receiver(
     f: &ReceiverFlags,
     data_dir: Option<PathBuf>,
     min_free_percent: f64,
+    cassandra: cleave::sstable::cassandra::TargetCassandra,
     metrics: Arc<StreamMetrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<tokio::task::JoinHandle<()>> {
@@ -204,6 +210,7 @@ pub async fn spawn_receiver(
             import_command: f.import_command.clone(),
             retry_after_secs: f.retry_after,
             idle_timeout: Duration::from_secs(300),
+            cassandra,
         },
         metrics,
     )?);
@@ -235,6 +242,7 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
         &a.flags,
         a.data_dir,
         a.min_free_percent,
+        a.cassandra_version,
         StreamMetrics::new(&registry)?,
         shutdown,
     )

@@ -65,6 +65,9 @@ pub struct ReceiverConfig {
     pub retry_after_secs: u64,
     /// A transfer without a request for this long gives its slot up (staging is kept).
     pub idle_timeout: Duration,
+    /// The Cassandra that reads what is published here: from 5.0.5 (and unknown) a child
+    /// must have its first partition at Data.db position 0.
+    pub cassandra: crate::sstable::cassandra::TargetCassandra,
 }
 
 pub struct Receiver {
@@ -1402,6 +1405,14 @@ impl Receiver {
         let rep = t
             .check(CheckLevel::Full, &mut |_| {})
             .map_err(|e| StreamError::Check(format!("received child fails the full check: {e}")))?;
+        // Cassandra 5.0.5+ compaction reads Data.db from position 0 (CASSANDRA-20092).
+        if self.cfg.cassandra.scans_data_from_zero() && rep.first_position.unwrap_or(0) != 0 {
+            return Err(StreamError::Check(format!(
+                "received child's first partition is at Data.db position {}, not 0: Cassandra {} compacts Data.db from position 0 and would misread it (send with --target-cassandra / spec.targetCassandra for this node)",
+                rep.first_position.unwrap_or(0),
+                self.cfg.cassandra
+            )));
+        }
         let j = Journal {
             target,
             generation,

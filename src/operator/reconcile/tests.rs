@@ -459,6 +459,7 @@ async fn stream_fixture(size: u64) -> StreamFixture {
                 import_command: None,
                 retry_after_secs: 1,
                 idle_timeout: Duration::from_secs(60),
+                cassandra: Default::default(),
             },
             crate::stream::metrics::StreamMetrics::unregistered(),
         )
