@@ -44,7 +44,7 @@ pub struct SplitArgs {
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     pub tokens: Option<Vec<String>>,
     /// N children of about equal Data.db bytes, cut at partition boundaries.
-    #[arg(long, value_parser = parse_parts)]
+    #[arg(long)]
     pub parts: Option<usize>,
     /// YAML file of repaired ranges `[{start, end}]` ((start, end]); or a mapping with
     /// `ranges` and `transientRanges`. Anticompaction: children per label.
@@ -87,21 +87,15 @@ pub struct SplitArgs {
     pub dry_run: bool,
     #[arg(long)]
     pub json: bool,
+    /// Set by `rewrite` only: one child is what it asks for.
+    #[arg(skip)]
+    pub single: bool,
 }
 
 fn parse_uuid(s: &str) -> Result<[u8; 16]> {
     let u = uuid::Uuid::parse_str(s)
         .map_err(|e| anyhow!("--pending-repair {s:?} is not a UUID: {e}"))?;
     Ok(*u.as_bytes())
-}
-
-/// `--parts N`: at least two children (`rewrite` asks the pipeline for one).
-fn parse_parts(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if n >= 2 => Ok(n),
-        Ok(n) => Err(format!("--parts {n}: expected at least 2")),
-        Err(e) => Err(format!("--parts {s}: {e}")),
-    }
 }
 
 fn cut_from_args(a: &SplitArgs, t: &SSTable) -> Result<Cut> {
@@ -115,6 +109,9 @@ fn cut_from_args(a: &SplitArgs, t: &SSTable) -> Result<Cut> {
     }
     if let Some(n) = a.parts {
         // `rewrite` asks for one child; a split for at least two.
+        if n < 2 && !a.single {
+            bail!("--parts {n}: expected at least 2");
+        }
         return Ok(Cut::Parts(n));
     }
     let path = a
@@ -231,6 +228,7 @@ pub fn rewrite(a: RewriteArgs) -> Result<ExitCode> {
         publish: a.publish,
         dry_run: false,
         json: a.json,
+        single: true,
     };
     run(args)
 }
