@@ -330,7 +330,7 @@ fn key_family(data: &Path) -> &'static str {
     use cleave::sstable::filler::{key_shape, KeyShape};
     let t = SSTable::open(data).unwrap();
     match t.statistics.header.as_ref().map(|h| key_shape(&h.key_type)) {
-        Some(KeyShape::Free) => "variable",
+        Some(KeyShape::Free | KeyShape::Blob) => "variable",
         Some(KeyShape::Composite(_)) => "composite",
         Some(KeyShape::Fixed(_)) => "fixed",
         Some(KeyShape::Unsupported(_)) => "other",

@@ -194,7 +194,7 @@ fn fillers_for(
     match shape {
         KeyShape::Fixed(t) => return Err(Refusal::FixedWidthKey(t.clone())),
         KeyShape::Unsupported(t) => return Err(Refusal::KeyType(t.clone())),
-        KeyShape::Free | KeyShape::Composite(_) => {}
+        KeyShape::Free | KeyShape::Blob | KeyShape::Composite(_) => {}
     }
     let floor = floor.ok_or(Refusal::NoFloor)?;
     let total = (g.lead + g.dead_prefix) as usize;

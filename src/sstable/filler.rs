@@ -57,9 +57,12 @@ const LIVE_OA: [u8; 1] = [0x80];
 /// What a partition key type leaves free for a filler key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyShape {
-    /// Any byte string of any length made of ASCII digits is a value: `BytesType`,
-    /// `UTF8Type`, `AsciiType`.
+    /// Any byte string of any length made of ASCII digits is a value: `UTF8Type`,
+    /// `AsciiType`.
     Free,
+    /// `BytesType`: any bytes at all, so a key with an exact Murmur3 token is built
+    /// directly (`murmur::Hash3State` inverted over one free block) instead of searched.
+    Blob,
     /// `CompositeType(...)`: each component `u16 length | value | end-of-component 0x00`
     /// (`CompositeType.build`); at least one component is free.
     Composite(Vec<Part>),
@@ -178,6 +181,15 @@ fn is_free(simple: &str) -> bool {
     matches!(simple, "BytesType" | "UTF8Type" | "AsciiType")
 }
 
+/// The key of a one-component partition key of this free type.
+fn free_shape(simple: &str) -> KeyShape {
+    if simple == "BytesType" {
+        KeyShape::Blob
+    } else {
+        KeyShape::Free
+    }
+}
+
 /// The shape of the partition key type named in the SerializationHeader.
 pub fn key_shape(key_type: &str) -> KeyShape {
     let t = key_type.trim();
@@ -206,7 +218,7 @@ pub fn key_shape(key_type: &str) -> KeyShape {
     } else {
         let s = simple_name(t);
         if is_free(s) {
-            KeyShape::Free
+            free_shape(s)
         } else if fixed_value(s).is_some() {
             KeyShape::Fixed(t.to_string())
         } else {
@@ -257,7 +269,7 @@ struct Template {
 /// The shortest key a filler of `shape` can have.
 pub fn min_key_len(shape: &KeyShape) -> Option<usize> {
     match shape {
-        KeyShape::Free => Some(COUNTER_LEN),
+        KeyShape::Free | KeyShape::Blob => Some(COUNTER_LEN),
         KeyShape::Composite(parts) => {
             let mut n = 0;
             let mut free_seen = false;
@@ -285,7 +297,7 @@ fn template(shape: &KeyShape, len: usize) -> Option<Template> {
     }
     let extra = len - min;
     match shape {
-        KeyShape::Free => {
+        KeyShape::Free | KeyShape::Blob => {
             let mut bytes = vec![PAD; len];
             let counter_at = len - COUNTER_LEN;
             bytes[counter_at..].fill(b'0');
@@ -390,6 +402,13 @@ pub fn find(
         return find_ordered(version, shape, sizes, window);
     }
     let ceiling = partitioner.token(&window.first_key);
+    if let (KeyShape::Blob, Token::Murmur3(lo), Token::Murmur3(hi)) =
+        (shape, &window.floor, &ceiling)
+    {
+        if let Some(f) = blob_fillers(version, sizes, *lo, *hi) {
+            return Ok(f);
+        }
+    }
     // How many tries a uniform hash needs to land in (floor, ceiling).
     let expected = match (&window.floor, &ceiling) {
         (Token::Murmur3(lo), Token::Murmur3(hi)) => {
@@ -483,6 +502,42 @@ pub fn find(
     Ok(out.into_iter().map(|(_, f)| f).collect())
 }
 
+/// Blob keys under Murmur3: tokens spread evenly over `(lo, hi)`, each key built for its
+/// token (`murmur::key_block_for`). `None` when the window holds fewer tokens than
+/// fillers (the caller's search then refuses it).
+fn blob_fillers(version: Version, sizes: &[usize], lo: i64, hi: i64) -> Option<Vec<Filler>> {
+    let width = (hi as i128) - (lo as i128) - 1;
+    let m = sizes.len() as i128;
+    if width < m {
+        return None;
+    }
+    let ovh = overhead(version);
+    let mut out = Vec::with_capacity(sizes.len());
+    for (i, &size) in sizes.iter().enumerate() {
+        let len = size - ovh;
+        let token = (lo as i128 + (i as i128 + 1) * width / (m + 1)) as i64;
+        // The free block: the last whole 16-byte block; the padding before it is one run.
+        let at = (len - 16) / 16 * 16;
+        let mut key = vec![PAD; len];
+        let mut s = Hash3State::default();
+        s.absorb_blocks(&key[..at]);
+        let block = super::murmur::key_block_for(s, &key[at + 16..], len, token as u64);
+        key[at..at + 16].copy_from_slice(&block);
+        // Checked forward: the token is the partitioner's, or the search takes over.
+        if super::token::murmur3_token(&key) != token {
+            return None;
+        }
+        let bytes = empty_partition(version, &key);
+        out.push(Filler {
+            key,
+            bytes,
+            pad: 2..2 + at,
+            pad_byte: PAD,
+        });
+    }
+    Some(out)
+}
+
 /// ByteOrderedPartitioner: the token is the key, so each filler key is the smallest ASCII
 /// string of its length above the floor (or the previous filler), checked below the first
 /// key. Longer fillers sort after shorter ones that are their prefix, so sizes go up.
@@ -492,7 +547,7 @@ fn find_ordered(
     sizes: &[usize],
     window: &Window,
 ) -> Result<Vec<Filler>, Refusal> {
-    if *shape != KeyShape::Free {
+    if !matches!(shape, KeyShape::Free | KeyShape::Blob) {
         return Err(Refusal::Partitioner(Partitioner::ByteOrdered));
     }
     let Token::Bytes(floor) = &window.floor else {
@@ -572,7 +627,7 @@ mod tests {
     fn key_shapes_of_the_header_types() {
         let m = "org.apache.cassandra.db.marshal.";
         assert_eq!(key_shape(&format!("{m}UTF8Type")), KeyShape::Free);
-        assert_eq!(key_shape(&format!("{m}BytesType")), KeyShape::Free);
+        assert_eq!(key_shape(&format!("{m}BytesType")), KeyShape::Blob);
         assert!(matches!(
             key_shape(&format!("{m}Int32Type")),
             KeyShape::Fixed(_)
@@ -647,6 +702,7 @@ mod tests {
         let m = "org.apache.cassandra.db.marshal.";
         for shape in [
             KeyShape::Free,
+            KeyShape::Blob,
             key_shape(&format!(
                 "{m}CompositeType({m}Int32Type,{m}UTF8Type,{m}TimeUUIDType)"
             )),
@@ -676,6 +732,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn blob_keys_are_built_for_tokens_in_a_window_of_any_width() {
+        let p = Partitioner::Murmur3;
+        let first = b"first".to_vec();
+        let Token::Murmur3(hi) = p.token(&first) else {
+            unreachable!()
+        };
+        // A window far too narrow for a search: 100 tokens for 61 fillers.
+        let w = Window {
+            floor: Token::Murmur3(hi - 101),
+            first_key: first.clone(),
+        };
+        let sz = sizes(&KeyShape::Blob, v("nb"), 16_000).expect("sizes");
+        assert!(sz.len() > 50);
+        let f = find(p, v("nb"), &KeyShape::Blob, &sz, &w, SEARCH_BUDGET).expect("built");
+        let mut prev = w.floor.clone();
+        for x in &f {
+            let t = p.token(&x.key);
+            assert!(t > prev && t < p.token(&first));
+            prev = t;
+        }
+        assert_eq!(f.iter().map(|f| f.bytes.len()).sum::<usize>(), 16_000);
     }
 
     #[test]

@@ -102,6 +102,79 @@ impl Hash3State {
     }
 }
 
+/// The 16-byte block that, after the state `s` (the key's whole blocks before it) and
+/// before `tail` (the key's last bytes, shorter than a block), gives a key of `total_len`
+/// bytes whose `h1` is `h1`. Every step of `hash3_x64_128` is a bijection of the 128-bit
+/// state once the other bytes are fixed: the block's two words set the state after it
+/// freely, and the tail, the length and both `fmix` are invertible, so the block is solved
+/// backwards from the wanted `(h1, h2 = 0)`. Used for dead-prefix fillers of `blob` keys
+/// (`sstable::filler`), whose tokens must fall in a given window.
+pub fn key_block_for(s: Hash3State, tail: &[u8], total_len: usize, h1: u64) -> [u8; 16] {
+    let (i5, ic1, ic2) = (inverse(5), inverse(C1), inverse(C2));
+    let (m1, m2) = (0xff51_afd7_ed55_8ccd_u64, 0xc4ce_b9fe_1a85_ec53_u64);
+    let (im1, im2) = (inverse(m1), inverse(m2));
+    let unfmix = |mut k: u64| {
+        k ^= k >> 33;
+        k = k.wrapping_mul(im2);
+        k ^= k >> 33;
+        k = k.wrapping_mul(im1);
+        k ^= k >> 33;
+        k
+    };
+    // Final state (h1, h2 = 0) back to the state after the block.
+    let (f1, f2) = (h1, 0u64);
+    let mut b2 = f2.wrapping_sub(f1);
+    let mut b1 = f1.wrapping_sub(b2);
+    b1 = unfmix(b1);
+    b2 = unfmix(b2);
+    b2 = b2.wrapping_sub(b1);
+    b1 = b1.wrapping_sub(b2);
+    b1 ^= total_len as u64;
+    b2 ^= total_len as u64;
+    let mut k1: u64 = 0;
+    let mut k2: u64 = 0;
+    for i in (8..tail.len()).rev() {
+        k2 ^= sx(tail[i]) << (8 * (i - 8));
+    }
+    if tail.len() > 8 {
+        b2 ^= k2.wrapping_mul(C2).rotate_left(33).wrapping_mul(C1);
+    }
+    for i in (0..tail.len().min(8)).rev() {
+        k1 ^= sx(tail[i]) << (8 * i);
+    }
+    if !tail.is_empty() {
+        b1 ^= k1.wrapping_mul(C1).rotate_left(31).wrapping_mul(C2);
+    }
+    // The block step backwards: (s.h1, s.h2) → (b1, b2).
+    let x = b1
+        .wrapping_sub(0x52dc_e729)
+        .wrapping_mul(i5)
+        .wrapping_sub(s.h2)
+        .rotate_right(27);
+    let k1m = x ^ s.h1;
+    let y = b2
+        .wrapping_sub(0x3849_5ab5)
+        .wrapping_mul(i5)
+        .wrapping_sub(b1)
+        .rotate_right(31);
+    let k2m = y ^ s.h2;
+    let w1 = k1m.wrapping_mul(ic2).rotate_right(31).wrapping_mul(ic1);
+    let w2 = k2m.wrapping_mul(ic1).rotate_right(33).wrapping_mul(ic2);
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&w1.to_le_bytes());
+    out[8..].copy_from_slice(&w2.to_le_bytes());
+    out
+}
+
+/// The multiplicative inverse of an odd number modulo 2^64 (Newton's iteration).
+fn inverse(a: u64) -> u64 {
+    let mut x = a;
+    for _ in 0..6 {
+        x = x.wrapping_mul(2u64.wrapping_sub(a.wrapping_mul(x)));
+    }
+    x
+}
+
 /// `MurmurHash.hash2_64(key, 0, len, seed=0)`, MurmurHash2-64A with the same tail
 /// sign-extension. Cassandra feeds it to the HyperLogLog++ cardinality sketch
 /// (`MetadataCollector.addKey`).
@@ -172,6 +245,25 @@ mod tests {
                 s.absorb_blocks(&k[..cut]);
                 assert_eq!(s.finish(&k[cut..], n), hash3_x64_128(k), "n {n} cut {cut}");
             }
+        }
+    }
+
+    #[test]
+    fn a_block_is_solved_for_any_h1() {
+        for (len, want) in [
+            (16usize, 7u64),
+            (17, u64::MAX),
+            (40, 1 << 63),
+            (255, 12345),
+            (33, 0),
+        ] {
+            let mut key = vec![b'0'; len];
+            let at = (len - 16) / 16 * 16;
+            let mut s = Hash3State::default();
+            s.absorb_blocks(&key[..at]);
+            let b = key_block_for(s, &key[at + 16..], len, want);
+            key[at..at + 16].copy_from_slice(&b);
+            assert_eq!(hash3_x64_128(&key), [want, 0], "len {len}");
         }
     }
 }
