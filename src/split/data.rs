@@ -945,6 +945,102 @@ pub fn write_uncompressed(
     })
 }
 
+/// The chunks of a compressed `regrid` child, in order, each handed to `emit` (which stores
+/// it with its CRC and returns its offset): the partitions of `runs` back to back from
+/// position 0 on a fresh grid, then the extra chunk when the length is a multiple of it.
+fn regrid_chunks(
+    parent: &mut ParentData,
+    ci: &CompressionInfo,
+    runs: &[(u64, u64)],
+    out_path: &Path,
+    emit: &mut dyn FnMut(&[u8]) -> Result<u64>,
+) -> Result<Vec<u64>> {
+    let l = ci.chunk_length as u64;
+    let total: u64 = runs.iter().map(|(a, b)| b - a).sum();
+    let mut buf: Vec<u8> = Vec::with_capacity(l as usize);
+    let mut offsets = Vec::new();
+    for &(first, end) in runs {
+        let mut pos = first;
+        while pos < end {
+            let c = pos / l;
+            let chunk = parent.reader.chunk(c as usize)?;
+            let from = (pos - c * l) as usize;
+            let to = ((end - c * l) as usize).min(chunk.len());
+            if to <= from {
+                return Err(FormatError::corrupt(
+                    &parent.path,
+                    Some(ci.offsets.at(c)?),
+                    format!(
+                        "chunk {c} decodes to {} bytes, position {pos} needs more",
+                        chunk.len()
+                    ),
+                ));
+            }
+            let mut piece = &chunk[from..to];
+            pos += piece.len() as u64;
+            while !piece.is_empty() {
+                let take = piece.len().min(l as usize - buf.len());
+                buf.extend_from_slice(&piece[..take]);
+                piece = &piece[take..];
+                if buf.len() == l as usize {
+                    let p = encode_chunk(out_path, ci, &buf)?;
+                    offsets.push(emit(&p)?);
+                    buf.clear();
+                }
+            }
+        }
+    }
+    if !buf.is_empty() {
+        let p = encode_chunk(out_path, ci, &buf)?;
+        offsets.push(emit(&p)?);
+    }
+    if total.is_multiple_of(l) {
+        let p = extra_chunk(out_path, ci)?;
+        offsets.push(emit(&p)?);
+    }
+    Ok(offsets)
+}
+
+/// The largest `regrid` child a stream sender encodes in memory (`regrid_layout`).
+pub const MAX_REGRID_IN_MEMORY: u64 = 512 << 20;
+
+/// A compressed `regrid` child's Data.db as encoded bytes, without writing anything: what
+/// a stream sender carries for a child that may not keep a dead prefix and has no filler
+/// (a fixed-width key for Cassandra 5.0.5+). Held in memory: the caller bounds it
+/// (`MAX_REGRID_IN_MEMORY`).
+pub fn regrid_layout(
+    parent: &mut ParentData,
+    runs: &[(u64, u64)],
+    out_path: &Path,
+) -> Result<DataLayout> {
+    let ci = parent.compression.ok_or_else(|| {
+        FormatError::corrupt(
+            &parent.path,
+            None,
+            "regrid layout of an uncompressed parent",
+        )
+    })?;
+    let total: u64 = runs.iter().map(|(a, b)| b - a).sum();
+    let mut segments = Vec::new();
+    let mut pos = 0u64;
+    let head = regrid_chunks(parent, ci, runs, out_path, &mut |p| {
+        Ok(push_bytes(&mut segments, &mut pos, with_crc(p.to_vec())))
+    })?;
+    Ok(DataLayout {
+        segments,
+        offsets: ChildOffsets {
+            head,
+            ..Default::default()
+        },
+        data_length: total,
+        file_size: pos,
+        layout: Layout::Regrid,
+        fallback: None,
+        interior: None,
+        pad: 0,
+    })
+}
+
 /// `regrid`: the partitions of `runs` (parent byte ranges) laid back to back from position
 /// 0 into a fresh chunk grid (compressed) or a fresh file with a fresh CRC.db
 /// (uncompressed). Partition bytes are position-independent (promoted-index offsets are
@@ -959,48 +1055,7 @@ pub fn write_regrid(
     let total: u64 = runs.iter().map(|(a, b)| b - a).sum();
     match parent.compression {
         Some(ci) => {
-            let l = ci.chunk_length as u64;
-            let mut buf: Vec<u8> = Vec::with_capacity(l as usize);
-            let mut offsets = Vec::new();
-            for &(first, end) in runs {
-                let mut pos = first;
-                while pos < end {
-                    let c = pos / l;
-                    let chunk = parent.reader.chunk(c as usize)?;
-                    let from = (pos - c * l) as usize;
-                    let to = ((end - c * l) as usize).min(chunk.len());
-                    if to <= from {
-                        return Err(FormatError::corrupt(
-                            &parent.path,
-                            Some(ci.offsets.at(c)?),
-                            format!(
-                                "chunk {c} decodes to {} bytes, position {pos} needs more",
-                                chunk.len()
-                            ),
-                        ));
-                    }
-                    let mut piece = &chunk[from..to];
-                    pos += piece.len() as u64;
-                    while !piece.is_empty() {
-                        let take = piece.len().min(l as usize - buf.len());
-                        buf.extend_from_slice(&piece[..take]);
-                        piece = &piece[take..];
-                        if buf.len() == l as usize {
-                            let p = encode_chunk(out_path, ci, &buf)?;
-                            offsets.push(out.chunk(&p)?);
-                            buf.clear();
-                        }
-                    }
-                }
-            }
-            if !buf.is_empty() {
-                let p = encode_chunk(out_path, ci, &buf)?;
-                offsets.push(out.chunk(&p)?);
-            }
-            if total.is_multiple_of(l) {
-                let p = extra_chunk(out_path, ci)?;
-                offsets.push(out.chunk(&p)?);
-            }
+            let offsets = regrid_chunks(parent, ci, runs, out_path, &mut |p| out.chunk(p))?;
             let Written {
                 file,
                 file_size,

@@ -532,6 +532,31 @@ impl Plan {
     /// is the receiver's reflink block (0 when it does not matter).
     pub fn data_layout(&self, ci: usize, block: u64) -> Result<DataLayout, WriteError> {
         let p = &self.children[ci];
+        if p.layout == Layout::Regrid {
+            let bytes = p.child.bytes();
+            if bytes > data::MAX_REGRID_IN_MEMORY {
+                return Err(WriteError::Target {
+                    path: self.parent.data_path().to_path_buf(),
+                    message: format!(
+                        "child {ci} must be regrid (its dead prefix cannot stay for {} and no filler fits) and holds {bytes} bytes, more than the {} a sender re-encodes in memory: split it locally with `cleave split --target-cassandra` and send the children whole",
+                        self.policy.target,
+                        data::MAX_REGRID_IN_MEMORY
+                    ),
+                });
+            }
+            let runs: Vec<(u64, u64)> = p
+                .child
+                .runs
+                .iter()
+                .map(|r| (r.first_position, r.end_position))
+                .collect();
+            let mut pd = self.parent_data()?;
+            return Ok(data::regrid_layout(
+                &mut pd,
+                &runs,
+                self.parent.data_path(),
+            )?);
+        }
         let Some(g) = p.geometry.filter(|_| p.layout != Layout::Regrid) else {
             return Err(WriteError::Target {
                 path: self.parent.data_path().to_path_buf(),
@@ -571,7 +596,17 @@ impl Plan {
         let base = p.geometry.map_or(0, |g| g.base);
         let lead = p.geometry.map_or(0, |g| g.lead);
         let data_length = t.data_length();
+        // A regrid child lays its runs back to back from position 0.
+        let regrid = p.layout == Layout::Regrid;
+        let mut run_offset = 0u64;
         for run in &p.child.runs {
+            let at = |pos: u64| {
+                if regrid {
+                    run_offset + (pos - run.first_position)
+                } else {
+                    pos - base + lead
+                }
+            };
             let mut r = crate::sstable::index::IndexReader::open_at(&index_path, run.index_start)?;
             let mut prev: Option<(Vec<u8>, u64, Vec<u8>)> = None;
             let mut n = 0;
@@ -587,9 +622,9 @@ impl Plan {
                         .as_ref()
                         .map_or(run.end_position.min(data_length), |n| n.1);
                     if run.first_ordinal + n - 1 < self.parent.leading_empty() {
-                        side.add_filler(&key, pos - base + lead, end - pos)?;
+                        side.add_filler(&key, at(pos), end - pos)?;
                     } else {
-                        side.add(&key, pos - base + lead, end - pos, &promoted)?;
+                        side.add(&key, at(pos), end - pos, &promoted)?;
                     }
                 }
                 match next {
@@ -614,6 +649,7 @@ impl Plan {
                 )
                 .into());
             }
+            run_offset += run.bytes();
         }
         let (index, parts) = side.finish()?;
         let mut out: Vec<Built> = vec![(Component::Index, index)];

@@ -129,12 +129,6 @@ pub fn range_children(
     let mut children = Vec::new();
     for i in in_ranges {
         let cp = &plan.children[i];
-        if cp.layout == Layout::Regrid {
-            return Err(StreamError::Invalid(format!(
-                "{}: child {i} would be a regrid child (rows re-encoded); a sender carries chunk runs only",
-                data.display()
-            )));
-        }
         let layout = plan.data_layout(i, 0).map_err(SplitError::from)?;
         let built = plan.components(i, &layout).map_err(SplitError::from)?;
         let mut data_crc = None;
