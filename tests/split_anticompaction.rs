@@ -97,7 +97,7 @@ fn vnode_ranges_give_few_valid_children() {
         .iter()
         .map(|c| PathBuf::from(c["path"].as_str().unwrap()))
         .collect();
-    sstcheck_all(&shared, &paths);
+    sstcheck_all_from_zero(&shared, &paths);
     for c in children {
         let p = PathBuf::from(c["path"].as_str().unwrap());
         let s = stats(&p);
@@ -179,7 +179,7 @@ fn pending_repair_triples_per_label() {
             .iter()
             .map(|c| PathBuf::from(c["path"].as_str().unwrap()))
             .collect();
-        sstcheck_all(&shared, &paths);
+        sstcheck_all_from_zero(&shared, &paths);
         let _ = Version::parse(version);
     }
 }

@@ -195,6 +195,21 @@ pub fn sstcheck_all(shared: &Path, paths: &[PathBuf]) -> Vec<serde_json::Value> 
     v
 }
 
+/// `sstcheck_all`, and every sstable's first partition is at Data.db position 0 (what a
+/// 5.0.5+ or unknown target needs: no dead prefix).
+pub fn sstcheck_all_from_zero(shared: &Path, paths: &[PathBuf]) -> Vec<serde_json::Value> {
+    let v = sstcheck_all(shared, paths);
+    for (p, r) in paths.iter().zip(&v) {
+        assert_eq!(
+            r["first_position"],
+            0,
+            "{} starts with a dead prefix",
+            p.display()
+        );
+    }
+    v
+}
+
 /// The files of a directory, recursively, with their bytes: to prove a failed command
 /// changed nothing.
 pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
