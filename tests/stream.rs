@@ -89,6 +89,30 @@ fn send(port: u16, data: &[&Path], extra: &[&str]) -> Sent {
     }
 }
 
+/// `cleave gen ARGS` into `<root>/src/ks/<table>/`: the table directory and its Data.db.
+fn gen_table(root: &Path, args: &[&str]) -> (PathBuf, PathBuf) {
+    let src = root.join("src/ks/t-0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(&src).unwrap();
+    let out = Command::new(cleave_bin())
+        .arg("gen")
+        .args(args)
+        .arg("--out")
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let data = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with("-Data.db"))
+        .unwrap();
+    (src, data)
+}
+
 fn json(s: &Sent) -> serde_json::Value {
     serde_json::from_str(&s.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", s.stdout, s.stderr))
 }
@@ -783,23 +807,7 @@ fn a_connection_cut_mid_file_resumes_from_the_durable_offset_and_completes() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src/ks/t-0123456789abcdef0123456789abcdef");
-    std::fs::create_dir_all(&src).unwrap();
-    let out = Command::new(cleave_bin())
-        .args(["gen", "--size", "24MiB", "--random", "--out"])
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let data = std::fs::read_dir(&src)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with("-Data.db"))
-        .unwrap();
+    let (_, data) = gen_table(tmp.path(), &["--size", "24MiB", "--random"]);
     let size = std::fs::metadata(&data).unwrap().len();
     let (_, t) = token_args(tmp.path(), "tok");
     let t: Vec<&str> = t.iter().map(String::as_str).collect();
@@ -1009,23 +1017,7 @@ fn a_generated_gib_sstable_streams_checked() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src/ks/t-0123456789abcdef0123456789abcdef");
-    std::fs::create_dir_all(&src).unwrap();
-    let out = Command::new(cleave_bin())
-        .args(["gen", "--size", "1GiB", "--out"])
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let data = std::fs::read_dir(&src)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with("-Data.db"))
-        .unwrap();
+    let (src, data) = gen_table(tmp.path(), &["--size", "1GiB"]);
     let before = snapshot(&src);
     let (_, t) = token_args(tmp.path(), "tok");
     let t: Vec<&str> = t.iter().map(String::as_str).collect();
@@ -1636,23 +1628,7 @@ fn range_children_follow_the_receiving_cassandra() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src/ks/t-0123456789abcdef0123456789abcdef");
-    std::fs::create_dir_all(&src).unwrap();
-    let out = Command::new(cleave_bin())
-        .args(["gen", "--size", "8MiB", "--compressible", "--out"])
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let data = std::fs::read_dir(&src)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with("-Data.db"))
-        .unwrap();
+    let (_, data) = gen_table(tmp.path(), &["--size", "8MiB", "--compressible"]);
     let (_, t) = token_args(tmp.path(), "tok");
     let t: Vec<&str> = t.iter().map(String::as_str).collect();
     let ranges = "-3000000000000000000:4000000000000000000";

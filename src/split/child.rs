@@ -112,6 +112,20 @@ impl<W: Write> IndexSide<W> {
         size: u64,
         promoted_index: &[u8],
     ) -> Result<()> {
+        self.list(key, child_position, size, promoted_index)?;
+        self.fingerprint.add(key);
+        Ok(())
+    }
+
+    /// A partition in Index.db, Summary.db, Filter.db, the size histogram and the
+    /// first/last keys (everything but the key fingerprint).
+    fn list(
+        &mut self,
+        key: &[u8],
+        child_position: u64,
+        size: u64,
+        promoted_index: &[u8],
+    ) -> Result<()> {
         let at = self
             .index
             .append(key, child_position, promoted_index)
@@ -122,7 +136,6 @@ impl<W: Write> IndexSide<W> {
         }
         // SortedTableWriter records each partition's size (end - start, EOP byte included).
         self.partition_sizes.add(size as i64);
-        self.fingerprint.add(key);
         if self.first_key.is_none() {
             self.first_key = Some(key.to_vec());
             self.first_position = Some(child_position);
@@ -137,9 +150,7 @@ impl<W: Write> IndexSide<W> {
     /// Summary.db, Filter.db, the size histogram, first key), but no key of the parent's,
     /// so not in the fingerprint the children must add up to.
     pub fn add_filler(&mut self, key: &[u8], child_position: u64, size: u64) -> Result<()> {
-        let fp = self.fingerprint;
-        self.add(key, child_position, size, &[])?;
-        self.fingerprint = fp;
+        self.list(key, child_position, size, &[])?;
         self.fillers += 1;
         Ok(())
     }

@@ -173,7 +173,18 @@ pub struct ParentData<'p> {
     pub throttle: Option<Arc<TokenBucket>>,
 }
 
-impl ParentData<'_> {
+impl<'p> ParentData<'p> {
+    /// The parent's CompressionInfo, for a layout `what` that needs compressed chunks.
+    fn compressed(&self, what: &str) -> Result<&'p CompressionInfo> {
+        self.compression.ok_or_else(|| {
+            FormatError::corrupt(
+                &self.path,
+                None,
+                format!("{what} on an uncompressed parent"),
+            )
+        })
+    }
+
     fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         let mut b = vec![0u8; len];
         self.file
@@ -431,13 +442,7 @@ pub fn compressed_layout(
     out_path: &Path,
 ) -> Result<DataLayout> {
     // Borrowed, not cloned: the offsets are 8 bytes a chunk of the parent.
-    let ci = parent.compression.ok_or_else(|| {
-        FormatError::corrupt(
-            &parent.path,
-            None,
-            "compressed layout on an uncompressed parent",
-        )
-    })?;
+    let ci = parent.compressed("compressed layout")?;
     let l = ci.chunk_length as u64;
     let (k, j) = (g.first_chunk, g.last_chunk);
     let dead = g.dead_prefix as usize;
@@ -1013,13 +1018,7 @@ pub fn regrid_layout(
     runs: &[(u64, u64)],
     out_path: &Path,
 ) -> Result<DataLayout> {
-    let ci = parent.compression.ok_or_else(|| {
-        FormatError::corrupt(
-            &parent.path,
-            None,
-            "regrid layout of an uncompressed parent",
-        )
-    })?;
+    let ci = parent.compressed("regrid layout")?;
     let total: u64 = runs.iter().map(|(a, b)| b - a).sum();
     let mut segments = Vec::new();
     let mut pos = 0u64;

@@ -60,6 +60,14 @@ impl PlannedChild {
     pub fn bytes(&self) -> u64 {
         self.runs.iter().map(Run::bytes).sum()
     }
+    /// The parent byte ranges `[first_position, end_position)` of its runs, in order: what
+    /// a `regrid` child lays back to back.
+    pub fn byte_runs(&self) -> Vec<(u64, u64)> {
+        self.runs
+            .iter()
+            .map(|r| (r.first_position, r.end_position))
+            .collect()
+    }
 }
 
 /// Where a partition goes, as the grouper decides it.

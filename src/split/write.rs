@@ -356,12 +356,7 @@ impl Plan {
         let compressed = self.parent.table().compression.is_some();
         Ok(match (p.layout, p.geometry, compressed) {
             (Layout::Regrid, _, _) | (_, None, _) => {
-                let runs: Vec<(u64, u64)> = p
-                    .child
-                    .runs
-                    .iter()
-                    .map(|r| (r.first_position, r.end_position))
-                    .collect();
+                let runs = p.child.byte_runs();
                 data::write_regrid(pd, &runs, combine, data_path)?
             }
             (want, Some(g), true) => data::write_compressed(
@@ -544,12 +539,7 @@ impl Plan {
                     ),
                 });
             }
-            let runs: Vec<(u64, u64)> = p
-                .child
-                .runs
-                .iter()
-                .map(|r| (r.first_position, r.end_position))
-                .collect();
+            let runs = p.child.byte_runs();
             let mut pd = self.parent_data()?;
             return Ok(data::regrid_layout(
                 &mut pd,

@@ -72,24 +72,8 @@ impl Hash3State {
     pub fn finish(mut self, rest: &[u8], total_len: usize) -> [u64; 2] {
         let body = rest.len() / 16 * 16;
         self.absorb_blocks(&rest[..body]);
-        let tail = &rest[body..];
-        let (mut h1, mut h2) = (self.h1, self.h2);
-        let mut k1: u64 = 0;
-        let mut k2: u64 = 0;
-        for i in (8..tail.len()).rev() {
-            k2 ^= sx(tail[i]) << (8 * (i - 8));
-        }
-        if tail.len() > 8 {
-            k2 = k2.wrapping_mul(C2).rotate_left(33).wrapping_mul(C1);
-            h2 ^= k2;
-        }
-        for i in (0..tail.len().min(8)).rev() {
-            k1 ^= sx(tail[i]) << (8 * i);
-        }
-        if !tail.is_empty() {
-            k1 = k1.wrapping_mul(C1).rotate_left(31).wrapping_mul(C2);
-            h1 ^= k1;
-        }
+        let (t1, t2) = tail_mix(&rest[body..]);
+        let (mut h1, mut h2) = (self.h1 ^ t1, self.h2 ^ t2);
         h1 ^= total_len as u64;
         h2 ^= total_len as u64;
         h1 = h1.wrapping_add(h2);
@@ -100,6 +84,30 @@ impl Hash3State {
         h2 = h2.wrapping_add(h1);
         [h1, h2]
     }
+}
+
+/// What the tail (the last `len % 16` bytes, sign-extended) XORs into `h1` and `h2`: the
+/// same in `Hash3State::finish` and backwards in `key_block_for` (XOR is its own inverse).
+fn tail_mix(tail: &[u8]) -> (u64, u64) {
+    let mut k1: u64 = 0;
+    let mut k2: u64 = 0;
+    for i in (8..tail.len()).rev() {
+        k2 ^= sx(tail[i]) << (8 * (i - 8));
+    }
+    for i in (0..tail.len().min(8)).rev() {
+        k1 ^= sx(tail[i]) << (8 * i);
+    }
+    let m2 = if tail.len() > 8 {
+        k2.wrapping_mul(C2).rotate_left(33).wrapping_mul(C1)
+    } else {
+        0
+    };
+    let m1 = if tail.is_empty() {
+        0
+    } else {
+        k1.wrapping_mul(C1).rotate_left(31).wrapping_mul(C2)
+    };
+    (m1, m2)
 }
 
 /// The 16-byte block that, after the state `s` (the key's whole blocks before it) and
@@ -131,20 +139,9 @@ pub fn key_block_for(s: Hash3State, tail: &[u8], total_len: usize, h1: u64) -> [
     b1 = b1.wrapping_sub(b2);
     b1 ^= total_len as u64;
     b2 ^= total_len as u64;
-    let mut k1: u64 = 0;
-    let mut k2: u64 = 0;
-    for i in (8..tail.len()).rev() {
-        k2 ^= sx(tail[i]) << (8 * (i - 8));
-    }
-    if tail.len() > 8 {
-        b2 ^= k2.wrapping_mul(C2).rotate_left(33).wrapping_mul(C1);
-    }
-    for i in (0..tail.len().min(8)).rev() {
-        k1 ^= sx(tail[i]) << (8 * i);
-    }
-    if !tail.is_empty() {
-        b1 ^= k1.wrapping_mul(C1).rotate_left(31).wrapping_mul(C2);
-    }
+    let (t1, t2) = tail_mix(tail);
+    b1 ^= t1;
+    b2 ^= t2;
     // The block step backwards: (s.h1, s.h2) → (b1, b2).
     let x = b1
         .wrapping_sub(0x52dc_e729)
