@@ -40,6 +40,26 @@ pub enum Reason {
     Unreachable,
     /// The receiver's import command (`--stream-import-command`) failed.
     ImportFailed,
+    /// A resource's spec is wrong (an empty, unknown or contradictory field): fix the manifest.
+    InvalidSpec,
+    /// The repair markers of a spec are wrong: not exactly one of repairedAt and pendingRepair, a bad UUID.
+    InvalidRepairMetadata,
+    /// A token range of a spec does not parse for the table's partitioner, or ranges overlap.
+    InvalidRange,
+    /// Another job or stream of this node works on the same table (it waits, then runs).
+    TableBusy,
+    /// `--max-concurrent-jobs` runs already hold this node (it waits, then runs).
+    ConcurrencyLimit,
+    /// A parent sstable is no longer what an intent recorded (compacted away, replaced, changed).
+    ParentChanged,
+    /// A stream transfer reached a receiver that is not its destination node (HTTP 421).
+    WrongDestination,
+    /// The table has a secondary index or SAI whose files would go stale.
+    SecondaryIndexPresent,
+    /// A node of the ring is joining, leaving or moving: ownership is not settled.
+    RingChanging,
+    /// Cassandra did not start again (or become ready) after a maintenance window.
+    CassandraStartFailed,
 }
 
 impl Reason {
@@ -59,6 +79,16 @@ impl Reason {
         Reason::TooManyTransfers,
         Reason::Unreachable,
         Reason::ImportFailed,
+        Reason::InvalidSpec,
+        Reason::InvalidRepairMetadata,
+        Reason::InvalidRange,
+        Reason::TableBusy,
+        Reason::ConcurrencyLimit,
+        Reason::ParentChanged,
+        Reason::WrongDestination,
+        Reason::SecondaryIndexPresent,
+        Reason::RingChanging,
+        Reason::CassandraStartFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -77,6 +107,16 @@ impl Reason {
             Reason::TooManyTransfers => "TooManyTransfers",
             Reason::Unreachable => "Unreachable",
             Reason::ImportFailed => "ImportFailed",
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::InvalidRepairMetadata => "InvalidRepairMetadata",
+            Reason::InvalidRange => "InvalidRange",
+            Reason::TableBusy => "TableBusy",
+            Reason::ConcurrencyLimit => "ConcurrencyLimit",
+            Reason::ParentChanged => "ParentChanged",
+            Reason::WrongDestination => "WrongDestination",
+            Reason::SecondaryIndexPresent => "SecondaryIndexPresent",
+            Reason::RingChanging => "RingChanging",
+            Reason::CassandraStartFailed => "CassandraStartFailed",
         }
     }
 
