@@ -60,9 +60,48 @@ pub enum Reason {
     RingChanging,
     /// Cassandra did not start again (or become ready) after a maintenance window.
     CassandraStartFailed,
+    /// The keyspace has no directory under the data directory.
+    KeyspaceNotFound,
+    /// A table the spec names has no directory under its keyspace.
+    TableNotFound,
+    /// An sstable the spec names is in none of the tables.
+    SSTableNotFound,
 }
 
 impl Reason {
+    /// What it means, from its doc comment (the reasons table of docs/operator.md).
+    pub fn doc(self) -> &'static str {
+        match self {
+            Reason::CorruptSSTable => "A component fails a check: a checksum, an order, a length, a field out of range.",
+            Reason::UnsupportedSSTable => "A well-formed sstable that uses something cleave does not handle (BTI, Zstd, `la`, …).",
+            Reason::InvalidRequest => "The request itself is wrong: boundaries, ranges, options, a manifest field.",
+            Reason::InsufficientSpace => "ENOSPC / EDQUOT, or a pre-flight that predicts it.",
+            Reason::PermissionDenied => "EACCES / EPERM on a file cleave must read or write.",
+            Reason::CassandraRunning => "A process holds the table's files: Replace would race Cassandra.",
+            Reason::CassandraMayBeRunning => "cleave cannot see the node's processes, so it cannot rule out a live Cassandra.",
+            Reason::CheckFailed => "The children do not add up to the parent, or a child fails its re-check.",
+            Reason::Busy => "Another cleave holds the table (or the output directory).",
+            Reason::IoError => "Any other I/O error (EIO, a vanished file, …).",
+            Reason::Unauthorized => "A stream request without the right bearer token or client certificate.",
+            Reason::TooManyTransfers => "The stream receiver is at its concurrent-transfer limit (HTTP 429; retried).",
+            Reason::Unreachable => "The stream receiver cannot be reached (refused, reset, timed out) after the retries.",
+            Reason::ImportFailed => "The receiver's import command (`--stream-import-command`) failed.",
+            Reason::InvalidSpec => "A resource's spec is wrong (an empty, unknown or contradictory field): fix the manifest.",
+            Reason::InvalidRepairMetadata => "The repair markers of a spec are wrong: not exactly one of repairedAt and pendingRepair, a bad UUID.",
+            Reason::InvalidRange => "A token range of a spec does not parse for the table's partitioner, or ranges overlap.",
+            Reason::TableBusy => "Another job or stream of this node works on the same table (it waits, then runs).",
+            Reason::ConcurrencyLimit => "`--max-concurrent-jobs` runs already hold this node (it waits, then runs).",
+            Reason::ParentChanged => "A parent sstable is no longer what an intent recorded (compacted away, replaced, changed).",
+            Reason::WrongDestination => "A stream transfer reached a receiver that is not its destination node (HTTP 421).",
+            Reason::SecondaryIndexPresent => "The table has a secondary index or SAI whose files would go stale.",
+            Reason::RingChanging => "A node of the ring is joining, leaving or moving: ownership is not settled.",
+            Reason::CassandraStartFailed => "Cassandra did not start again (or become ready) after a maintenance window.",
+            Reason::KeyspaceNotFound => "The keyspace has no directory under the data directory.",
+            Reason::TableNotFound => "A table the spec names has no directory under its keyspace.",
+            Reason::SSTableNotFound => "An sstable the spec names is in none of the tables.",
+        }
+    }
+
     /// Every reason, for docs and tests that must list them all.
     pub const ALL: &'static [Reason] = &[
         Reason::CorruptSSTable,
@@ -89,6 +128,9 @@ impl Reason {
         Reason::SecondaryIndexPresent,
         Reason::RingChanging,
         Reason::CassandraStartFailed,
+        Reason::KeyspaceNotFound,
+        Reason::TableNotFound,
+        Reason::SSTableNotFound,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -117,6 +159,9 @@ impl Reason {
             Reason::SecondaryIndexPresent => "SecondaryIndexPresent",
             Reason::RingChanging => "RingChanging",
             Reason::CassandraStartFailed => "CassandraStartFailed",
+            Reason::KeyspaceNotFound => "KeyspaceNotFound",
+            Reason::TableNotFound => "TableNotFound",
+            Reason::SSTableNotFound => "SSTableNotFound",
         }
     }
 
@@ -134,6 +179,168 @@ impl Reason {
             },
         }
     }
+}
+
+/// A failure as every layer reports it: its stable reason and a message naming the file,
+/// field or offset and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub reason: Reason,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Failure {
+        Failure {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// An OS error on `what` (a path, an operation), with the reason its errno gives.
+    pub fn io(what: impl fmt::Display, e: &std::io::Error) -> Failure {
+        Failure::new(Reason::of_io(e), format!("{what}: {e}"))
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.reason, self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// Why a condition changed or an Event was published when nothing failed: the milestones
+/// of a run. Kept apart from [`Reason`] (failures) so that a metric labelled by failure
+/// reason can never carry one; both are UpperCamelCase words of this file only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub enum Milestone {
+    /// This worker took the lease of a Pending resource.
+    Started,
+    /// This worker took over a Running resource whose previous worker stopped.
+    Resumed,
+    /// Every parent is done.
+    Completed,
+    /// A dry run finished: status says what would be done.
+    DryRun,
+    /// The worker stopped between two sstables (shutdown, deletion); the next one resumes.
+    Interrupted,
+    /// A RangeStream's spec is valid.
+    Accepted,
+    /// The spec passed validation (the `Accepted` condition's reason).
+    Valid,
+    /// An attempt failed with a retryable reason; the sender tries again.
+    Retrying,
+    /// A retried transfer went through.
+    Recovered,
+    /// A deleted resource's leftovers were removed.
+    Cleanup,
+}
+
+impl Milestone {
+    /// What it means, from its doc comment (the reasons table of docs/operator.md).
+    pub fn doc(self) -> &'static str {
+        match self {
+            Milestone::Started => "This worker took the lease of a Pending resource.",
+            Milestone::Resumed => "This worker took over a Running resource whose previous worker stopped.",
+            Milestone::Completed => "Every parent is done.",
+            Milestone::DryRun => "A dry run finished: status says what would be done.",
+            Milestone::Interrupted => "The worker stopped between two sstables (shutdown, deletion); the next one resumes.",
+            Milestone::Accepted => "A RangeStream's spec is valid.",
+            Milestone::Valid => "The spec passed validation (the `Accepted` condition's reason).",
+            Milestone::Retrying => "An attempt failed with a retryable reason; the sender tries again.",
+            Milestone::Recovered => "A retried transfer went through.",
+            Milestone::Cleanup => "A deleted resource's leftovers were removed.",
+        }
+    }
+
+    pub const ALL: &'static [Milestone] = &[
+        Milestone::Started,
+        Milestone::Resumed,
+        Milestone::Completed,
+        Milestone::DryRun,
+        Milestone::Interrupted,
+        Milestone::Accepted,
+        Milestone::Valid,
+        Milestone::Retrying,
+        Milestone::Recovered,
+        Milestone::Cleanup,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Milestone::Started => "Started",
+            Milestone::Resumed => "Resumed",
+            Milestone::Completed => "Completed",
+            Milestone::DryRun => "DryRun",
+            Milestone::Interrupted => "Interrupted",
+            Milestone::Accepted => "Accepted",
+            Milestone::Valid => "Valid",
+            Milestone::Retrying => "Retrying",
+            Milestone::Recovered => "Recovered",
+            Milestone::Cleanup => "Cleanup",
+        }
+    }
+}
+
+/// The reason of a condition or an Event: a failure or a milestone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Why {
+    Failure(Reason),
+    Milestone(Milestone),
+}
+
+impl Why {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Why::Failure(r) => r.as_str(),
+            Why::Milestone(m) => m.as_str(),
+        }
+    }
+}
+
+impl From<Reason> for Why {
+    fn from(r: Reason) -> Why {
+        Why::Failure(r)
+    }
+}
+
+impl From<Milestone> for Why {
+    fn from(m: Milestone) -> Why {
+        Why::Milestone(m)
+    }
+}
+
+impl fmt::Display for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Reason {
+    type Err = String;
+    /// The reason a status recorded (`status.reason`), read back.
+    fn from_str(s: &str) -> Result<Reason, String> {
+        Reason::ALL
+            .iter()
+            .copied()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not a cleave reason"))
+    }
+}
+
+/// The Markdown table of every reason and milestone (docs/operator.md embeds it; a test
+/// keeps the two equal).
+pub fn markdown_table() -> String {
+    let mut s = String::from("| reason | kind | meaning |\n|---|---|---|\n");
+    for r in Reason::ALL {
+        s.push_str(&format!("| `{}` | failure | {} |\n", r.as_str(), r.doc()));
+    }
+    for m in Milestone::ALL {
+        s.push_str(&format!("| `{}` | milestone | {} |\n", m.as_str(), m.doc()));
+    }
+    s
 }
 
 impl fmt::Display for Reason {

@@ -107,7 +107,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         manifest_path.display()
     );
     let metrics = cleave::operator::metrics::Metrics::new()?;
-    let ctx = std::sync::Arc::new(cleave::operator::reconcile::Ctx::new(
+    let ctx = std::sync::Arc::new(cleave::operator::core::Ctx::new(
         cleave::operator::local::LocalStore {
             dir: manifests.clone(),
         },

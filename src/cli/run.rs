@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use cleave::operator::controller::{self, KubeStore};
+use cleave::operator::core::Ctx;
 use cleave::operator::job::NodeLimits;
 use cleave::operator::local::{self, LocalStore};
 use cleave::operator::metrics::{self, Metrics};
-use cleave::operator::reconcile::Ctx;
 use cleave::operator::stream::StreamClient;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -1,9 +1,9 @@
-//! The Kubernetes controllers: kube-runtime `Controller`s for both kinds. AnticompactionJobs
-//! are watched with the server-side label selector `cleave.dev/node=<node>` (the watch does
-//! not grow with the cluster) and filtered on `spec.nodeName` again here; the job reconciler
-//! is wrapped in the finalizer helper (opt-out with the annotation
-//! `cleave.dev/finalizer: disabled`); status by server-side apply; Events; an error policy
-//! with per-object exponential backoff; graceful shutdown that checkpoints running jobs.
+//! The Kubernetes side of the core: `KubeStore` (status by server-side apply with a
+//! resourceVersion precondition, Events), one kube-runtime `Controller` per kind, every
+//! resource of the kind watched and filtered on its acting node here; the finalizer
+//! wrapper (opt-out with the annotation `cleave.dev/finalizer: disabled`) and the error
+//! policy with per-object exponential backoff, written once for every kind; a shutdown
+//! that ends within its budget whether or not the apiserver answers.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -17,11 +17,10 @@ use kube::runtime::events::{Event as KEvent, EventType as KEventType, Recorder, 
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use tracing::{error, info, instrument, warn};
+use tracing::{error, info, warn};
 
+use super::core::{self, Ctx, Kind, OperatorError, Store};
 use super::crd::{AnticompactionJob, JobStatus, RangeStream};
-use super::decide::NODE_LABEL;
-use super::reconcile::{self, Ctx, OperatorError, Store, JOB, STREAM};
 use super::status::{EventType, Note};
 
 pub const FINALIZER: &str = "cleave.dev/cleanup";
@@ -45,36 +44,32 @@ impl KubeStore {
         }
     }
 
-    fn jobs(&self, job: &AnticompactionJob) -> Api<AnticompactionJob> {
-        Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default())
-    }
-
-    fn streams(&self, s: &RangeStream) -> Api<RangeStream> {
-        Api::namespaced(self.client.clone(), &s.namespace().unwrap_or_default())
+    fn api<K: Kind>(&self, obj: &K) -> Api<K> {
+        Api::namespaced(self.client.clone(), &obj.namespace().unwrap_or_default())
     }
 }
 
 impl Store for KubeStore {
-    async fn patch_status(
+    async fn patch_status<K: Kind>(
         &self,
-        job: &AnticompactionJob,
+        obj: &K,
         status: &JobStatus,
         expect: Option<&str>,
     ) -> Result<Option<String>, OperatorError> {
         // A resourceVersion in an apply body is a precondition: the apiserver answers 409
         // unless the object is still at that version.
         let mut body = serde_json::json!({
-            "apiVersion": "cleave.dev/v1alpha1",
-            "kind": "AnticompactionJob",
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
             "status": status,
         });
         if let Some(rv) = expect {
             body["metadata"] = serde_json::json!({ "resourceVersion": rv });
         }
         let after = self
-            .jobs(job)
+            .api(obj)
             .patch_status(
-                &job.name_any(),
+                &obj.name_any(),
                 &PatchParams::apply(&self.field_manager).force(),
                 &Patch::Apply(&body),
             )
@@ -82,57 +77,26 @@ impl Store for KubeStore {
         Ok(after.resource_version())
     }
 
-    async fn get(
-        &self,
-        job: &AnticompactionJob,
-    ) -> Result<Option<AnticompactionJob>, OperatorError> {
-        Ok(self.jobs(job).get_opt(&job.name_any()).await?)
+    async fn get<K: Kind>(&self, obj: &K) -> Result<Option<K>, OperatorError> {
+        Ok(self.api(obj).get_opt(&obj.name_any()).await?)
     }
 
-    async fn patch_stream_status(
-        &self,
-        s: &RangeStream,
-        status: &JobStatus,
-        expect: Option<&str>,
-    ) -> Result<Option<String>, OperatorError> {
-        let mut body = serde_json::json!({"apiVersion": "cleave.dev/v1alpha1", "kind": "RangeStream", "status": status});
-        if let Some(rv) = expect {
-            body["metadata"] = serde_json::json!({ "resourceVersion": rv });
-        }
-        let after = self
-            .streams(s)
-            .patch_status(
-                &s.name_any(),
-                &PatchParams::apply(&self.field_manager).force(),
-                &Patch::Apply(&body),
-            )
-            .await?;
-        Ok(after.resource_version())
-    }
-
-    async fn get_stream(&self, s: &RangeStream) -> Result<Option<RangeStream>, OperatorError> {
-        Ok(self.streams(s).get_opt(&s.name_any()).await?)
-    }
-
-    async fn delete(&self, job: &AnticompactionJob) -> Result<(), OperatorError> {
-        self.jobs(job)
-            .delete(&job.name_any(), &DeleteParams::background())
+    async fn delete<K: Kind>(&self, obj: &K) -> Result<(), OperatorError> {
+        self.api(obj)
+            .delete(&obj.name_any(), &DeleteParams::background())
             .await?;
         Ok(())
     }
 
-    async fn event<K>(&self, obj: &K, note: &Note)
-    where
-        K: Resource<DynamicType = ()> + Sync,
-    {
+    async fn event<K: Kind>(&self, obj: &K, note: &Note) {
         let ev = KEvent {
             type_: match note.type_ {
                 EventType::Normal => KEventType::Normal,
                 EventType::Warning => KEventType::Warning,
             },
-            reason: note.reason.chars().take(128).collect(),
+            reason: note.reason.as_str().to_string(),
             note: Some(note.message.chars().take(1024).collect()),
-            action: K::kind(&()).to_string(),
+            action: K::KIND.to_string(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
@@ -170,7 +134,7 @@ where
                 {"op": "test", "path": format!("/metadata/finalizers/{i}"), "value": finalizer},
                 {"op": "remove", "path": format!("/metadata/finalizers/{i}")},
             ]))
-            .map_err(|e| OperatorError::Finalizer(e.to_string()))?,
+            .map_err(|e| OperatorError::Store(format!("finalizer patch: {e}")))?,
         );
         match api.patch(&name, &PatchParams::default(), &patch).await {
             Ok(_) => return Ok(()),
@@ -185,42 +149,43 @@ where
             Err(e) => return Err(e.into()),
         }
     }
-    Err(OperatorError::Finalizer(format!(
-        "{finalizer} not removed from {name}: the finalizer list kept changing"
-    )))
+    Err(OperatorError::FinalizerContended {
+        finalizer: finalizer.to_string(),
+        name,
+    })
 }
 
-async fn reconcile_job(
-    job: Arc<AnticompactionJob>,
+/// Every kind behind the finalizer: other nodes' resources get nothing, not even a
+/// finalizer (a node that is gone must not wedge deletion); ours get the core's reconcile,
+/// and on deletion the core's cleanup before the finalizer goes.
+async fn reconcile_kube<K: Kind>(
+    obj: Arc<K>,
     ctx: Arc<Ctx<KubeStore>>,
 ) -> Result<Action, OperatorError> {
-    // The safety net behind the label selector: other nodes' jobs get nothing, not even a
-    // finalizer (a node that is gone must not wedge deletion).
-    if job.spec.node_name != ctx.node {
+    if obj.acting_node() != ctx.node {
         return Ok(Action::await_change());
     }
-    let ns = job.namespace().unwrap_or_default();
-    let api: Api<AnticompactionJob> = Api::namespaced(ctx.store.client.clone(), &ns);
-    let key = format!("{ns}/{}", job.name_any());
-    let result = if opted_out(&*job) {
-        if job.meta().deletion_timestamp.is_some() {
-            // An earlier version of the job may have had our finalizer.
-            remove_finalizer(&api, &job, FINALIZER).await?;
-            reconcile::forget_job(&ctx, &job);
+    let api: Api<K> = ctx.store.api(&*obj);
+    let key = core::key_of(&*obj);
+    let result = if opted_out(&*obj) {
+        if obj.meta().deletion_timestamp.is_some() {
+            // An earlier version of the resource may have had our finalizer.
+            remove_finalizer(&api, &*obj, FINALIZER).await?;
+            core::observe::forget(&ctx, &*obj);
             Ok(Action::await_change())
         } else {
-            reconcile::reconcile_job(job.clone(), ctx.clone()).await
+            core::reconcile(obj.clone(), ctx.clone()).await
         }
     } else {
         let c = ctx.clone();
-        finalizer(&api, FINALIZER, job.clone(), |event| async move {
+        finalizer(&api, FINALIZER, obj.clone(), |event| async move {
             match event {
-                FinalizerEvent::Apply(j) => reconcile::reconcile_job(j, c).await,
-                FinalizerEvent::Cleanup(j) => cleanup(j, c).await,
+                FinalizerEvent::Apply(x) => core::reconcile(x, c).await,
+                FinalizerEvent::Cleanup(x) => core::reconcile::cleanup(x, c).await,
             }
         })
         .await
-        .map_err(|e| OperatorError::Finalizer(e.to_string()))
+        .map_err(|e| OperatorError::Finalizer(Box::new(e)))
     };
     if result.is_ok() {
         if let Ok(mut f) = ctx.store.failures.lock() {
@@ -230,193 +195,28 @@ async fn reconcile_job(
     result
 }
 
-/// Deletion: stop the job if it runs here, then remove its unpublished leftovers (staging
-/// directories, an interrupted replace) on this node. Children already published stay:
-/// they are Cassandra's data.
-#[instrument(skip_all, fields(kind = JOB, namespace = job.metadata.namespace.as_deref().unwrap_or_default(), name = job.metadata.name.as_deref().unwrap_or_default()))]
-async fn cleanup(
-    job: Arc<AnticompactionJob>,
-    ctx: Arc<Ctx<KubeStore>>,
-) -> Result<Action, OperatorError> {
-    let key = reconcile::key_of(&*job);
-    if ctx.runs.cancel(&key) {
-        info!("job deleted while running: stopping it after the current sstable");
-        if !ctx.runs.wait_stopped(&key, Duration::from_secs(300)).await {
-            return Err(OperatorError::Task(
-                "the running job did not stop within 300 s".into(),
-            ));
-        }
-    }
-    let data_dir = job
-        .spec
-        .data_directory
-        .clone()
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| ctx.data_dir.clone());
-    let name = job.name_any();
-    let spec = job.spec.clone();
-    let r = tokio::task::spawn_blocking(move || {
-        let dirs = super::job::table_dirs(&data_dir, &spec).unwrap_or_default();
-        super::job::recover_leftovers(&dirs, &name)
-    })
-    .await
-    .map_err(|e| OperatorError::Task(e.to_string()))?;
-    let message = match r {
-        Ok(()) => "leftovers of this job removed".to_string(),
-        Err(f) => format!("cleanup incomplete: {}", f.message),
-    };
-    info!(detail = %message, "cleanup");
-    ctx.store
-        .event(
-            &*job,
-            &Note {
-                type_: EventType::Normal,
-                reason: "Cleanup".into(),
-                message,
-            },
-        )
-        .await;
-    reconcile::forget_job(&ctx, &job);
-    Ok(Action::await_change())
-}
-
-fn error_policy(
-    job: Arc<AnticompactionJob>,
-    err: &OperatorError,
-    ctx: Arc<Ctx<KubeStore>>,
-) -> Action {
-    let key = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
+/// Backoff per resource: 10 s doubling to 5 min, reset by a successful reconcile.
+fn error_policy<K: Kind>(obj: Arc<K>, err: &OperatorError, ctx: Arc<Ctx<KubeStore>>) -> Action {
     let n = ctx
         .store
         .failures
         .lock()
         .map(|mut f| {
-            let n = f.entry(key).or_insert(0);
+            let n = f.entry(core::key_of(&*obj)).or_insert(0);
             *n += 1;
             *n
         })
         .unwrap_or(1);
     let backoff = Duration::from_secs((5u64 << n.min(6)).min(300));
     warn!(
-        kind = JOB,
-        namespace = job.namespace().unwrap_or_default(),
-        name = job.name_any(),
+        kind = K::KIND,
+        namespace = obj.namespace().unwrap_or_default(),
+        name = obj.name_any(),
         error = %err,
         label = err.label(),
         retry_in = ?backoff,
         "reconcile failed"
     );
-    Action::requeue(backoff)
-}
-
-/// RangeStreams: only the source node's sidecar acts, so only it adds the finalizer
-/// (a destination or a third node never wedges a deletion).
-async fn reconcile_stream(
-    s: Arc<RangeStream>,
-    ctx: Arc<Ctx<KubeStore>>,
-) -> Result<Action, OperatorError> {
-    if s.spec.source_node != ctx.node {
-        return Ok(Action::await_change());
-    }
-    let api: Api<RangeStream> =
-        Api::namespaced(ctx.store.client.clone(), &s.namespace().unwrap_or_default());
-    let key = format!(
-        "{STREAM}/{}/{}",
-        s.namespace().unwrap_or_default(),
-        s.name_any()
-    );
-    let result = if opted_out(&*s) {
-        if s.meta().deletion_timestamp.is_some() {
-            remove_finalizer(&api, &*s, FINALIZER).await?;
-            reconcile::forget_stream(&ctx, &s);
-            Ok(Action::await_change())
-        } else {
-            reconcile::reconcile_stream(s.clone(), ctx.clone()).await
-        }
-    } else {
-        let c = ctx.clone();
-        finalizer(&api, FINALIZER, s.clone(), |event| async move {
-            match event {
-                FinalizerEvent::Apply(x) => reconcile::reconcile_stream(x, c).await,
-                FinalizerEvent::Cleanup(x) => cleanup_stream(x, c).await,
-            }
-        })
-        .await
-        .map_err(|e| OperatorError::Finalizer(e.to_string()))
-    };
-    if result.is_ok() {
-        if let Ok(mut f) = ctx.store.failures.lock() {
-            f.remove(&key);
-        }
-    }
-    result
-}
-
-/// Deletion of a RangeStream: stop its send (the run itself asks the receiver to drop the
-/// in-flight transfer's staging); when no run is here (a previous worker died), tell the
-/// receiver about the transfer status names. Published children stay on the destination.
-#[instrument(skip_all, fields(kind = STREAM, namespace = s.metadata.namespace.as_deref().unwrap_or_default(), name = s.metadata.name.as_deref().unwrap_or_default()))]
-async fn cleanup_stream(
-    s: Arc<RangeStream>,
-    ctx: Arc<Ctx<KubeStore>>,
-) -> Result<Action, OperatorError> {
-    let key = reconcile::key_of(&*s);
-    let message = if ctx.runs.cancel(&key) {
-        info!("stream deleted while sending: stopping it");
-        if !ctx.runs.wait_stopped(&key, Duration::from_secs(120)).await {
-            return Err(OperatorError::Task(
-                "the running stream did not stop within 120 s".into(),
-            ));
-        }
-        "the send was stopped and the receiver asked to drop its staging".to_string()
-    } else {
-        let in_flight = s
-            .status
-            .as_ref()
-            .and_then(|st| st.stream.as_ref())
-            .and_then(|x| x.current_transfer.clone());
-        let ns = s.namespace().unwrap_or_default();
-        match (in_flight, ctx.stream.endpoint(&s.spec.destination, &ns)) {
-            (Some(id), Ok(ep)) => match super::stream::cancel_on_receiver(&ep, &id).await {
-                Ok(()) => format!("the receiver dropped the staging of {id}"),
-                Err(e) => format!("cleanup incomplete: the receiver's staging of {id} stays: {e}"),
-            },
-            _ => "nothing in flight".to_string(),
-        }
-    };
-    info!(detail = %message, "cleanup");
-    let note = Note {
-        type_: EventType::Normal,
-        reason: "Cleanup".into(),
-        message,
-    };
-    ctx.store.event(&*s, &note).await;
-    reconcile::forget_stream(&ctx, &s);
-    Ok(Action::await_change())
-}
-
-fn stream_error_policy(
-    s: Arc<RangeStream>,
-    err: &OperatorError,
-    ctx: Arc<Ctx<KubeStore>>,
-) -> Action {
-    let key = format!(
-        "{STREAM}/{}/{}",
-        s.namespace().unwrap_or_default(),
-        s.name_any()
-    );
-    let n = ctx
-        .store
-        .failures
-        .lock()
-        .map(|mut f| {
-            let n = f.entry(key).or_insert(0);
-            *n += 1;
-            *n
-        })
-        .unwrap_or(1);
-    let backoff = Duration::from_secs((5u64 << n.min(6)).min(300));
-    warn!(kind = STREAM, namespace = s.namespace().unwrap_or_default(), name = s.name_any(), error = %err, label = err.label(), retry_in = ?backoff, "reconcile failed");
     Action::requeue(backoff)
 }
 
@@ -479,8 +279,45 @@ where
     }
 }
 
-/// Runs both controllers until `stop` completes; then running jobs stop after their
-/// current sstable, checkpoint their status and release their leases before this returns.
+/// After SIGTERM, reconciles still in flight (a finalizer patch against an apiserver that
+/// does not answer) are abandoned after this long: they change nothing a restart would
+/// not redo.
+pub const RECONCILE_GRACE: Duration = Duration::from_secs(5);
+
+/// A controller for one kind. Every resource of the kind is watched (no label selector):
+/// a job whose `cleave.dev/node` label is missing or wrong is still seen by its node, which
+/// fails it with a reason that says what to fix, instead of nobody seeing it
+/// (docs/operator.md, "Routing", has the cost at 1,000 jobs).
+fn controller_for<K: Kind>(
+    client: &Client,
+    namespace: &Option<String>,
+    cfg: controller::Config,
+) -> Controller<K> {
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    Controller::new(api, watcher::Config::default()).with_config(cfg)
+}
+
+async fn drive<K: Kind>(
+    c: Controller<K>,
+    ctx: Arc<Ctx<KubeStore>>,
+    stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let metrics = ctx.metrics.clone();
+    c.graceful_shutdown_on(stop)
+        .run(reconcile_kube::<K>, error_policy::<K>, ctx)
+        .for_each(|r| {
+            log_controller_error(&metrics, K::KIND, r);
+            futures::future::ready(())
+        })
+        .await
+}
+
+/// Runs the controllers until `stop` completes; then running executions stop after their
+/// current sstable and write their last status within the budget of
+/// `core::lease::FINAL_ATTEMPTS_ON_SHUTDOWN`, whether or not the apiserver answers.
 pub async fn run(
     client: Client,
     namespace: Option<String>,
@@ -488,14 +325,6 @@ pub async fn run(
     concurrency: u16,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let jobs: Api<AnticompactionJob> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let streams: Api<RangeStream> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
     let (tx, rx) = tokio::sync::watch::channel(false);
     let c = ctx.clone();
     tokio::spawn(async move {
@@ -509,38 +338,31 @@ pub async fn run(
         let _ = rx.wait_for(|v| *v).await;
     };
     let cfg = controller::Config::default().concurrency(concurrency);
-    let selector = format!("{NODE_LABEL}={}", ctx.node);
-    let c1 = Controller::new(jobs, watcher::Config::default().labels(&selector))
-        .with_config(cfg.clone());
-    // The RangeStream watch is not narrowed: a stream is acted on by its source node only
-    // (spec.sourceNode, checked in reconcile_stream); the destination learns of it from
-    // the transfers its receiver is sent, so it needs no watch of its own.
-    let c2 = Controller::new(streams, watcher::Config::default()).with_config(cfg);
-    // Ready once both watches have listed successfully (reflector stores are ready).
-    let (s1, s2) = (c1.store(), c2.store());
+    let jobs = controller_for::<AnticompactionJob>(&client, &namespace, cfg.clone());
+    let streams = controller_for::<RangeStream>(&client, &namespace, cfg);
+    // Ready once every watch has listed successfully (reflector stores are ready).
+    let (s1, s2) = (jobs.store(), streams.store());
     let metrics = ctx.metrics.clone();
     tokio::spawn(async move {
         if store_ready(&s1).await && store_ready(&s2).await {
-            info!("both CRDs listed: ready");
+            info!("every CRD listed: ready");
             metrics.ready.store(true, Ordering::Relaxed);
         }
     });
-    let metrics = ctx.metrics.clone();
-    let r1 = c1
-        .graceful_shutdown_on(stopped(rx.clone()))
-        .run(reconcile_job, error_policy, ctx.clone())
-        .for_each(|r| {
-            log_controller_error(&metrics, JOB, r);
-            futures::future::ready(())
-        });
-    let r2 = c2
-        .graceful_shutdown_on(stopped(rx))
-        .run(reconcile_stream, stream_error_policy, ctx.clone())
-        .for_each(|r| {
-            log_controller_error(&metrics, STREAM, r);
-            futures::future::ready(())
-        });
-    futures::join!(r1, r2);
+    let controllers = async {
+        futures::join!(
+            drive(jobs, ctx.clone(), stopped(rx.clone())),
+            drive(streams, ctx.clone(), stopped(rx.clone())),
+        )
+    };
+    let grace = async {
+        stopped(rx.clone()).await;
+        tokio::time::sleep(RECONCILE_GRACE).await;
+    };
+    tokio::select! {
+        _ = controllers => {}
+        _ = grace => warn!("reconciles still in flight {} s after the shutdown began (apiserver unreachable?); abandoning them", RECONCILE_GRACE.as_secs()),
+    }
     ctx.metrics.ready.store(false, Ordering::Relaxed);
     if !ctx.runs.wait_idle(Duration::from_secs(3600)).await {
         warn!("jobs still running after an hour of shutdown; exiting");

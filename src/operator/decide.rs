@@ -5,8 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::core::Kind;
 use super::crd::{AnticompactionJobSpec, JobStatus, RangeStreamSpec};
 use super::status;
+use crate::reason::{Failure, Reason};
 use crate::split::spec::{RepairSession, RepairedRanges};
 use crate::sstable::{Partitioner, TokenRange};
 
@@ -22,7 +24,7 @@ pub enum Next {
     /// Another node's job.
     Ignore,
     /// Invalid spec: fail with this reason and message.
-    Fail { reason: String, message: String },
+    Fail(Failure),
     /// Start (or continue: results already in status are skipped).
     Run,
     /// Another live worker holds it; look again later.
@@ -53,45 +55,48 @@ pub fn now_rfc3339() -> String {
 
 /// The spec checks no file is needed for (tokens are parsed once the sstables' partitioner is
 /// known, by `validate_ranges`).
-pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), (String, String)> {
-    let bad = |reason: &str, msg: String| Err((reason.to_string(), msg));
+pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), Failure> {
+    let bad = |reason: Reason, msg: String| Err(Failure::new(reason, msg));
     if spec.node_name.trim().is_empty() {
-        return bad("InvalidSpec", "spec.nodeName is empty".into());
+        return bad(Reason::InvalidSpec, "spec.nodeName is empty".to_string());
     }
     if spec.keyspace.trim().is_empty() || spec.keyspace.contains('/') {
         return bad(
-            "InvalidSpec",
+            Reason::InvalidSpec,
             format!("spec.keyspace {:?} is not a keyspace name", spec.keyspace),
         );
     }
     if let Some(t) = spec.tables.iter().find(|t| t.is_empty() || t.contains('/')) {
         return bad(
-            "InvalidSpec",
+            Reason::InvalidSpec,
             format!("spec.tables: {t:?} is not a table name"),
         );
     }
     if spec.ranges.is_empty() {
         return bad(
-            "InvalidSpec",
-            "spec.ranges is empty: a repair session covers at least one range".into(),
+            Reason::InvalidSpec,
+            "spec.ranges is empty: a repair session covers at least one range".to_string(),
         );
     }
     match (spec.repaired_at, &spec.pending_repair) {
-        (Some(_), Some(_)) | (None, None) => return bad("InvalidRepairMetadata", "exactly one of spec.repairedAt and spec.pendingRepair must be set".into()),
-        (Some(ms), None) if ms <= 0 => return bad("InvalidRepairMetadata", format!("spec.repairedAt {ms}: expected milliseconds since the epoch")),
+        (Some(_), Some(_)) | (None, None) => return bad(Reason::InvalidRepairMetadata, "exactly one of spec.repairedAt and spec.pendingRepair must be set".to_string()),
+        (Some(ms), None) if ms <= 0 => return bad(Reason::InvalidRepairMetadata, format!("spec.repairedAt {ms}: expected milliseconds since the epoch")),
         (Some(_), None) if !spec.transient_ranges.is_empty() => {
-            return bad("InvalidRepairMetadata", "spec.transientRanges needs spec.pendingRepair: transient data is never marked repaired".into())
+            return bad(Reason::InvalidRepairMetadata, "spec.transientRanges needs spec.pendingRepair: transient data is never marked repaired".to_string())
         }
-        (None, Some(u)) if uuid::Uuid::parse_str(u).is_err() => return bad("InvalidRepairMetadata", format!("spec.pendingRepair {u:?} is not a UUID")),
+        (None, Some(u)) if uuid::Uuid::parse_str(u).is_err() => return bad(Reason::InvalidRepairMetadata, format!("spec.pendingRepair {u:?} is not a UUID")),
         _ => {}
     }
     if spec.parallelism == Some(0) {
-        return bad("InvalidSpec", "spec.parallelism must be at least 1".into());
+        return bad(
+            Reason::InvalidSpec,
+            "spec.parallelism must be at least 1".to_string(),
+        );
     }
     if let Some(t) = spec.ttl_seconds_after_finished {
         if t < 0 {
             return bad(
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 format!("spec.ttlSecondsAfterFinished {t} is negative"),
             );
         }
@@ -103,39 +108,32 @@ pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), (String, String
 pub fn validate_ranges(
     spec: &AnticompactionJobSpec,
     p: Partitioner,
-) -> Result<RepairedRanges, (String, String)> {
-    let conv =
-        |what: &str, rs: &[super::crd::TokenRange]| -> Result<Vec<TokenRange>, (String, String)> {
-            rs.iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    let l = p.parse_token(&r.start).map_err(|e| {
-                        (
-                            "InvalidRange".to_string(),
-                            format!("spec.{what}[{i}].start: {e}"),
-                        )
-                    })?;
-                    let h = p.parse_token(&r.end).map_err(|e| {
-                        (
-                            "InvalidRange".to_string(),
-                            format!("spec.{what}[{i}].end: {e}"),
-                        )
-                    })?;
-                    Ok(TokenRange::new(l, h))
-                })
-                .collect()
-        };
+) -> Result<RepairedRanges, Failure> {
+    let conv = |what: &str, rs: &[super::crd::TokenRange]| -> Result<Vec<TokenRange>, Failure> {
+        rs.iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let l = p.parse_token(&r.start).map_err(|e| {
+                    Failure::new(Reason::InvalidRange, format!("spec.{what}[{i}].start: {e}"))
+                })?;
+                let h = p.parse_token(&r.end).map_err(|e| {
+                    Failure::new(Reason::InvalidRange, format!("spec.{what}[{i}].end: {e}"))
+                })?;
+                Ok(TokenRange::new(l, h))
+            })
+            .collect()
+    };
     let session = match (&spec.repaired_at, &spec.pending_repair) {
         (Some(ms), _) => RepairSession::RepairedAt(*ms),
         (None, Some(u)) => RepairSession::Pending(
             *uuid::Uuid::parse_str(u)
-                .map_err(|e| ("InvalidRepairMetadata".to_string(), e.to_string()))?
+                .map_err(|e| Failure::new(Reason::InvalidRepairMetadata, e.to_string()))?
                 .as_bytes(),
         ),
         (None, None) => {
-            return Err((
-                "InvalidRepairMetadata".into(),
-                "no repairedAt or pendingRepair".into(),
+            return Err(Failure::new(
+                Reason::InvalidRepairMetadata,
+                "no repairedAt or pendingRepair",
             ))
         }
     };
@@ -144,26 +142,24 @@ pub fn validate_ranges(
         transient: conv("transientRanges", &spec.transient_ranges)?,
         session,
     };
-    r.validate(p).map_err(|m| ("InvalidRange".to_string(), m))?;
+    r.validate(p)
+        .map_err(|m| Failure::new(Reason::InvalidRange, m))?;
     Ok(r)
 }
 
-/// The decision for `node` (this sidecar, identity `me`) at `now` (seconds).
-pub fn decide(
-    spec: &AnticompactionJobSpec,
-    status: Option<&JobStatus>,
-    node: &str,
-    me: &str,
-    now: i64,
-) -> Next {
-    if spec.node_name != node {
+/// What to do with a resource of any kind, from itself alone: another node's → ignore;
+/// finished → wait for its TTL, then delete; invalid → fail; held by a live worker → wait;
+/// else run (a Running resource whose worker stopped is resumed).
+pub fn next<K: Kind>(obj: &K, node: &str, me: &str, now: i64) -> Next {
+    if obj.acting_node() != node {
         return Next::Ignore;
     }
+    let status = obj.status();
     if is_finished(status) {
         let done = status
             .and_then(|s| s.completion_time.as_deref())
             .and_then(parse_time);
-        return match (spec.ttl_seconds_after_finished, done) {
+        return match (obj.ttl_seconds_after_finished(), done) {
             (Some(ttl), Some(done)) => {
                 let left = done + ttl - now;
                 if left <= 0 {
@@ -176,48 +172,48 @@ pub fn decide(
             (None, _) => Next::Finished(None),
         };
     }
-    if let Err((reason, message)) = validate_spec(spec) {
-        return Next::Fail { reason, message };
+    if let Err(f) = obj.validate() {
+        return Next::Fail(f);
     }
     lease_holder_wait(status, me, now).unwrap_or(Next::Run)
 }
 
 /// The RangeStream spec checks no file is needed for (tokens parse for some partitioner;
 /// the sstables' own one is applied when they are planned).
-pub fn validate_stream(spec: &RangeStreamSpec) -> Option<(String, String)> {
+pub fn validate_stream(spec: &RangeStreamSpec) -> Result<(), Failure> {
     if spec.source_node.is_empty() || spec.destination.node_name.is_empty() {
-        return Some((
-            "InvalidSpec".into(),
-            "spec.sourceNode and spec.destination.nodeName are required".into(),
+        return Err(Failure::new(
+            Reason::InvalidSpec,
+            "spec.sourceNode and spec.destination.nodeName are required",
         ));
     }
     if spec.source_node == spec.destination.node_name {
-        return Some((
-            "InvalidSpec".into(),
-            "spec.destination.nodeName is the source node".into(),
+        return Err(Failure::new(
+            Reason::InvalidSpec,
+            "spec.destination.nodeName is the source node",
         ));
     }
     if spec.destination.endpoint.is_none() && spec.destination.service.is_none() {
-        return Some((
-            "InvalidSpec".into(),
-            "spec.destination needs an endpoint or a service".into(),
+        return Err(Failure::new(
+            Reason::InvalidSpec,
+            "spec.destination needs an endpoint or a service",
         ));
     }
     if let Some(e) = &spec.destination.endpoint {
         if e.rsplit_once(':')
             .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
         {
-            return Some((
-                "InvalidSpec".into(),
+            return Err(Failure::new(
+                Reason::InvalidSpec,
                 format!("spec.destination.endpoint {e:?} is not host:port"),
             ));
         }
     }
     if spec.ranges.is_empty() {
-        return Some(("InvalidSpec".into(), "spec.ranges is empty".into()));
+        return Err(Failure::new(Reason::InvalidSpec, "spec.ranges is empty"));
     }
     if spec.keyspace.is_empty() {
-        return Some(("InvalidSpec".into(), "spec.keyspace is empty".into()));
+        return Err(Failure::new(Reason::InvalidSpec, "spec.keyspace is empty"));
     }
     for (i, r) in spec.ranges.iter().enumerate() {
         // The partitioner is the sstables'; a token must parse for at least one.
@@ -229,35 +225,13 @@ pub fn validate_stream(spec: &RangeStreamSpec) -> Option<(String, String)> {
         .iter()
         .any(|p| p.parse_token(&r.start).is_ok() && p.parse_token(&r.end).is_ok());
         if !ok {
-            return Some((
-                "InvalidRange".into(),
+            return Err(Failure::new(
+                Reason::InvalidRange,
                 format!("spec.ranges[{i}]: ({}, {}] are not tokens", r.start, r.end),
             ));
         }
     }
-    None
-}
-
-/// The decision for a RangeStream on `node` (identity `me`) at `now`: only the source
-/// node's sidecar acts (the destination's receiver learns of a stream from its transfers);
-/// the same lease as a job's.
-pub fn decide_stream(
-    spec: &RangeStreamSpec,
-    status: Option<&JobStatus>,
-    node: &str,
-    me: &str,
-    now: i64,
-) -> Next {
-    if spec.source_node != node {
-        return Next::Ignore;
-    }
-    if is_finished(status) {
-        return Next::Finished(None);
-    }
-    if let Some((reason, message)) = validate_stream(spec) {
-        return Next::Fail { reason, message };
-    }
-    lease_holder_wait(status, me, now).unwrap_or(Next::Run)
+    Ok(())
 }
 
 /// `Wait` while another identity's heartbeat is younger than the lease.
@@ -316,10 +290,10 @@ impl TableClaim {
 pub fn check_node_label(
     labels: &std::collections::BTreeMap<String, String>,
     spec: &AnticompactionJobSpec,
-) -> Result<(), (String, String)> {
+) -> Result<(), Failure> {
     match labels.get(NODE_LABEL) {
-        Some(l) if *l != spec.node_name => Err((
-            "InvalidSpec".into(),
+        Some(l) if *l != spec.node_name => Err(Failure::new(
+            Reason::InvalidSpec,
             format!(
                 "label {NODE_LABEL}={l} does not match spec.nodeName {:?}",
                 spec.node_name
@@ -359,10 +333,19 @@ mod tests {
         }
     }
 
+    fn job(
+        spec: AnticompactionJobSpec,
+        status: Option<JobStatus>,
+    ) -> super::super::crd::AnticompactionJob {
+        let mut j = super::super::crd::AnticompactionJob::new("j", spec);
+        j.status = status;
+        j
+    }
+
     #[test]
     fn other_nodes_jobs_are_ignored() {
-        assert_eq!(decide(&spec(), None, "n2", "me", 0), Next::Ignore);
-        assert_eq!(decide(&spec(), None, "n1", "me", 0), Next::Run);
+        assert_eq!(next(&job(spec(), None), "n2", "me", 0), Next::Ignore);
+        assert_eq!(next(&job(spec(), None), "n1", "me", 0), Next::Run);
     }
 
     #[test]
@@ -370,17 +353,17 @@ mod tests {
         let mut s = spec();
         s.pending_repair = Some("6a3f4c2e-1d2b-11ef-9c4e-0242ac120002".into());
         assert!(
-            matches!(decide(&s, None, "n1", "me", 0), Next::Fail { reason, .. } if reason == "InvalidRepairMetadata")
+            matches!(next(&job(s, None), "n1", "me", 0), Next::Fail(f) if f.reason == Reason::InvalidRepairMetadata)
         );
         let mut s = spec();
         s.ranges.clear();
-        assert!(matches!(decide(&s, None, "n1", "me", 0), Next::Fail { .. }));
+        assert!(matches!(next(&job(s, None), "n1", "me", 0), Next::Fail(_)));
         let mut s = spec();
         s.transient_ranges = vec![R {
             start: "1".into(),
             end: "2".into(),
         }];
-        assert!(matches!(decide(&s, None, "n1", "me", 0), Next::Fail { .. }));
+        assert!(matches!(next(&job(s, None), "n1", "me", 0), Next::Fail(_)));
         let s = spec();
         assert!(validate_ranges(
             &AnticompactionJobSpec {
@@ -410,16 +393,16 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            decide(&spec(), Some(&st), "n1", "me", now),
+            next(&job(spec(), Some(st.clone())), "n1", "me", now),
             Next::Wait(_)
         ));
         assert_eq!(
-            decide(&spec(), Some(&st), "n1", "other", now),
+            next(&job(spec(), Some(st.clone())), "n1", "other", now),
             Next::Run,
             "our own lease: resume"
         );
         assert_eq!(
-            decide(&spec(), Some(&st), "n1", "me", now + 60),
+            next(&job(spec(), Some(st.clone())), "n1", "me", now + 60),
             Next::Run,
             "stale: take over"
         );
@@ -437,7 +420,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            decide(&spec(), Some(&st), "n1", "me", now),
+            next(&job(spec(), Some(st.clone())), "n1", "me", now),
             Next::Finished(None)
         );
         let s = AnticompactionJobSpec {
@@ -445,14 +428,17 @@ mod tests {
             ..spec()
         };
         assert_eq!(
-            decide(&s, Some(&st), "n1", "me", now),
+            next(&job(s, Some(st.clone())), "n1", "me", now),
             Next::Finished(Some(Duration::from_secs(50)))
         );
         let s = AnticompactionJobSpec {
             ttl_seconds_after_finished: Some(5),
             ..spec()
         };
-        assert_eq!(decide(&s, Some(&st), "n1", "me", now), Next::Delete);
+        assert_eq!(
+            next(&job(s, Some(st.clone())), "n1", "me", now),
+            Next::Delete
+        );
     }
 
     #[test]

@@ -44,26 +44,13 @@ impl Default for NodeLimits {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    pub reason: String,
-    pub message: String,
-}
-
-impl Failure {
-    pub fn new(reason: &str, message: impl Into<String>) -> Failure {
-        Failure {
-            reason: reason.into(),
-            message: message.into(),
-        }
-    }
-}
+pub use crate::reason::Failure;
 
 /// The split's own reason, verbatim (`crate::reason::Reason`): a full disk is
 /// `InsufficientSpace`, a bad chunk `CorruptSSTable`, a live Cassandra `CassandraRunning`.
 impl From<SplitError> for Failure {
     fn from(e: SplitError) -> Failure {
-        Failure::new(e.reason().as_str(), e.to_string())
+        Failure::new(e.reason(), e.to_string())
     }
 }
 
@@ -80,7 +67,7 @@ pub fn table_dirs_of(
 ) -> Result<Vec<PathBuf>, Failure> {
     let ks = data_dir.join(keyspace);
     let rd = std::fs::read_dir(&ks)
-        .map_err(|e| Failure::new("KeyspaceNotFound", format!("{}: {e}", ks.display())))?;
+        .map_err(|e| Failure::new(Reason::KeyspaceNotFound, format!("{}: {e}", ks.display())))?;
     let mut dirs = Vec::new();
     for e in rd.filter_map(|e| e.ok()) {
         let name = e.file_name().to_string_lossy().to_string();
@@ -100,7 +87,7 @@ pub fn table_dirs_of(
                 .is_some_and(|n| n.rsplit_once('-').map_or(n, |(a, _)| a) == t)
         }) {
             return Err(Failure::new(
-                "TableNotFound",
+                Reason::TableNotFound,
                 format!("table {t} has no directory under {}", ks.display()),
             ));
         }
@@ -115,9 +102,7 @@ pub fn find_sstables(
 ) -> Result<Vec<PathBuf>, Failure> {
     let mut out = Vec::new();
     for d in dirs {
-        let rd = std::fs::read_dir(d).map_err(|e| {
-            Failure::new("DataDirectoryUnreadable", format!("{}: {e}", d.display()))
-        })?;
+        let rd = std::fs::read_dir(d).map_err(|e| Failure::io(d.display(), &e))?;
         for e in rd.filter_map(|e| e.ok()) {
             let p = e.path();
             let Ok((desc, Component::Data)) = Descriptor::from_path(&p) else {
@@ -142,7 +127,7 @@ pub fn find_sstables(
             let statistics = std::fs::read(&stats_path)
                 .map_err(|e| crate::sstable::FormatError::io(&stats_path, e))
                 .and_then(|b| Statistics::parse(&stats_path, &b, desc.version))
-                .map_err(|e| Failure::new("CorruptSSTable", e.to_string()))?;
+                .map_err(|e| Failure::new(split::error::format_reason(&e), e.to_string()))?;
             let unrepaired = statistics
                 .stats
                 .as_ref()
@@ -158,7 +143,7 @@ pub fn find_sstables(
             .any(|p| p.file_name().and_then(|n| n.to_str()) == Some(want.as_str()))
         {
             return Err(Failure::new(
-                "SSTableNotFound",
+                Reason::SSTableNotFound,
                 format!("spec.sstables names {want}, which is in none of the tables"),
             ));
         }
@@ -171,11 +156,11 @@ pub fn find_sstables(
 /// staging directories of unfinished splits removed.
 pub fn recover_leftovers(dirs: &[PathBuf], job: &str) -> Result<(), Failure> {
     for d in dirs {
-        publish::recover(d).map_err(|e| Failure::new("RecoveryFailed", e.to_string()))?;
+        publish::recover(d).map_err(|e| Failure::new(e.reason(), e.to_string()))?;
         let staged = d.join(STAGED_DIR).join(job);
         if staged.is_dir() {
             // A stage killed mid-publication left a log there: none or all children stay.
-            publish::recover(&staged).map_err(|e| Failure::new("RecoveryFailed", e.to_string()))?;
+            publish::recover(&staged).map_err(|e| Failure::new(e.reason(), e.to_string()))?;
         }
     }
     Ok(())
@@ -208,7 +193,7 @@ pub fn remove_unrecorded_children(
         let table = d.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         let fail = |e: std::io::Error, p: &Path| {
             Failure::new(
-                Reason::of_io(&e).as_str(),
+                Reason::of_io(&e),
                 format!("removing an unrecorded staged child {}: {e}", p.display()),
             )
         };
@@ -223,7 +208,7 @@ pub fn remove_unrecorded_children(
                 continue;
             }
             let mut files = publish::sstable_files(&staged, &desc)
-                .map_err(|e| Failure::new("RecoveryFailed", e.to_string()))?;
+                .map_err(|e| Failure::new(split::error::format_reason(&e), e.to_string()))?;
             // sstable_files puts TOC.txt last; it goes first here.
             files.rotate_right(1);
             for f in &files {
@@ -300,7 +285,7 @@ pub fn check_space(
     let usable = space.available.saturating_sub(reserve);
     if predicted > usable {
         return Err(Failure::new(
-            Reason::InsufficientSpace.as_str(),
+            Reason::InsufficientSpace,
             format!(
                 "{}: the children need about {predicted} bytes; {} bytes are available and {reserve} ({min_free_percent}% of {}) must stay free (--min-free-percent): nothing was written",
                 dir.display(),
@@ -318,14 +303,14 @@ pub fn check_replace(dirs: &[PathBuf]) -> Result<(), Failure> {
     use crate::io::proc::{probe_visibility, Visibility};
     if let Visibility::Limited(why) = probe_visibility() {
         return Err(Failure::new(
-            Reason::CassandraMayBeRunning.as_str(),
+            Reason::CassandraMayBeRunning,
             format!("publish: Replace refused: {why}. Or use publish: Stage and import the children with `nodetool import` into a running Cassandra (docs/operator.md)"),
         ));
     }
     for d in dirs {
         if let Some((pid, cmd)) = publish::processes_holding(d).first() {
             return Err(Failure::new(
-                Reason::CassandraRunning.as_str(),
+                Reason::CassandraRunning,
                 format!(
                     "publish: Replace refused: process {pid} ({cmd}) holds files under {}; stop Cassandra first (docs/operator.md) or use publish: Stage",
                     d.display()
@@ -344,7 +329,7 @@ pub fn target_cassandra(
 ) -> Result<TargetCassandra, Failure> {
     match spec {
         Some(s) => TargetCassandra::parse(s)
-            .map_err(|m| Failure::new("InvalidSpec", format!("spec.targetCassandra: {m}"))),
+            .map_err(|m| Failure::new(Reason::InvalidSpec, format!("spec.targetCassandra: {m}"))),
         None => Ok(node),
     }
 }
@@ -372,8 +357,7 @@ fn split_one(
     };
     // --out must exist to be locked; a job refused before writing removes what it created.
     let created = !out_dir.exists();
-    std::fs::create_dir_all(&out_dir)
-        .map_err(|e| Failure::new("Refused", format!("{}: {e}", out_dir.display())))?;
+    std::fs::create_dir_all(&out_dir).map_err(|e| Failure::io(out_dir.display(), &e))?;
     let made = created.then(|| out_dir.clone());
     let undo = |f: Failure| {
         if let Some(d) = &made {
@@ -404,8 +388,7 @@ fn split_one(
     // Locked before the parent is opened, held until its children are published.
     let lock = split::lock(parent, &target).map_err(|e| undo(SplitError::from(e).into()))?;
     let opened = Parent::open(parent).map_err(|e| undo(SplitError::from(e).into()))?;
-    let ranges = decide::validate_ranges(spec, opened.table().partitioner)
-        .map_err(|(r, m)| undo(Failure::new(&r, m)))?;
+    let ranges = decide::validate_ranges(spec, opened.table().partitioner).map_err(undo)?;
     let report = split::run(
         &opened,
         &Cut::Ranges(ranges),
@@ -502,10 +485,7 @@ pub fn run_with_stats(
             );
             let predicted: u64 = mine.iter().map(|p| predicted_bytes(p, reflink)).sum();
             let space = crate::io::fs::space(d).map_err(|e| {
-                Failure::new(
-                    Reason::of_io(&e).as_str(),
-                    format!("statvfs {}: {e}", d.display()),
-                )
+                Failure::new(Reason::of_io(&e), format!("statvfs {}: {e}", d.display()))
             })?;
             check_space(d, predicted, space, limits.min_free_percent)?;
         }
@@ -685,7 +665,7 @@ mod tests {
         let d = Path::new("/data/ks/t");
         assert!(check_space(d, 19 * GIB, space, 10).is_ok());
         let e = check_space(d, 21 * GIB, space, 10).unwrap_err();
-        assert_eq!(e.reason, "InsufficientSpace");
+        assert_eq!(e.reason, Reason::InsufficientSpace);
         assert!(e.message.contains("--min-free-percent") && e.message.contains("/data/ks/t"));
         assert!(check_space(d, 29 * GIB, space, 0).is_ok());
         assert!(check_space(d, 1, space, 100).is_err());

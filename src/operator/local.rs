@@ -7,12 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-
-use kube::Resource;
 use tracing::{error, info, warn};
 
+use super::core::{self, Ctx, Kind, OperatorError, Store};
 use super::crd::{AnticompactionJob, JobStatus, RangeStream};
-use super::reconcile::{self, Ctx, OperatorError, Store};
 use super::status::Note;
 
 pub struct LocalStore {
@@ -39,72 +37,57 @@ impl LocalStore {
     }
 }
 
+impl LocalStore {
+    /// Every manifest of kind `K` in the directory, with its name, namespace and stored
+    /// status filled in as the apiserver would.
+    fn load<K: Kind>(&self) -> Result<Vec<(PathBuf, K)>, OperatorError> {
+        let mut v = Vec::new();
+        for (p, kind) in manifests(&self.dir)? {
+            if kind != K::KIND {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| OperatorError::Store(format!("{}: {e}", p.display())))?;
+            let mut obj: K = match serde_saphyr::from_str(&text) {
+                Ok(o) => o,
+                Err(e) => {
+                    warn!(file = %p.display(), error = %e, "not a valid {}", K::KIND);
+                    continue;
+                }
+            };
+            with_local_meta(&mut obj, &p);
+            obj.set_status(load_status(&self.dir, &obj.name_any()));
+            v.push((p, obj));
+        }
+        Ok(v)
+    }
+}
+
 impl Store for LocalStore {
     /// No resourceVersion here: one sidecar owns a manifest directory.
-    async fn patch_status(
+    async fn patch_status<K: Kind>(
         &self,
-        job: &AnticompactionJob,
+        obj: &K,
         status: &JobStatus,
         _expect: Option<&str>,
     ) -> Result<Option<String>, OperatorError> {
-        self.write_status(&job.name_any(), status)?;
+        self.write_status(&obj.name_any(), status)?;
         Ok(None)
     }
 
-    async fn get(
-        &self,
-        job: &AnticompactionJob,
-    ) -> Result<Option<AnticompactionJob>, OperatorError> {
-        let name = job.name_any();
-        for (p, _) in manifests(&self.dir)? {
-            if let Some(mut j) = read_job(&p) {
-                with_local_meta(&mut j, &p);
-                if j.name_any() == name {
-                    j.status = load_status(&self.dir, &name);
-                    return Ok(Some(j));
-                }
-            }
-        }
-        Ok(None)
+    async fn get<K: Kind>(&self, obj: &K) -> Result<Option<K>, OperatorError> {
+        let name = obj.name_any();
+        Ok(self
+            .load::<K>()?
+            .into_iter()
+            .map(|(_, o)| o)
+            .find(|o| o.name_any() == name))
     }
 
-    async fn patch_stream_status(
-        &self,
-        s: &RangeStream,
-        status: &JobStatus,
-        _expect: Option<&str>,
-    ) -> Result<Option<String>, OperatorError> {
-        self.write_status(&s.name_any(), status)?;
-        Ok(None)
-    }
-
-    async fn get_stream(&self, s: &RangeStream) -> Result<Option<RangeStream>, OperatorError> {
-        let name = s.name_any();
-        for (p, kind) in manifests(&self.dir)? {
-            if kind != "RangeStream" {
-                continue;
-            }
-            let Some(mut x) = std::fs::read_to_string(&p)
-                .ok()
-                .and_then(|t| serde_saphyr::from_str::<RangeStream>(&t).ok())
-            else {
-                continue;
-            };
-            with_local_meta(&mut x, &p);
-            if x.name_any() == name {
-                x.status = load_status(&self.dir, &name);
-                return Ok(Some(x));
-            }
-        }
-        Ok(None)
-    }
-
-    async fn delete(&self, job: &AnticompactionJob) -> Result<(), OperatorError> {
-        let name = job.name_any();
-        for (p, _) in manifests(&self.dir)? {
-            if p.file_stem().and_then(|s| s.to_str()) == Some(name.as_str())
-                || read_job(&p).is_some_and(|j| j.name_any() == name)
-            {
+    async fn delete<K: Kind>(&self, obj: &K) -> Result<(), OperatorError> {
+        let name = obj.name_any();
+        for (p, o) in self.load::<K>()? {
+            if o.name_any() == name {
                 std::fs::remove_file(&p)
                     .map_err(|e| OperatorError::Store(format!("{}: {e}", p.display())))?;
             }
@@ -113,10 +96,7 @@ impl Store for LocalStore {
         Ok(())
     }
 
-    async fn event<K>(&self, obj: &K, note: &Note)
-    where
-        K: Resource<DynamicType = ()> + Sync,
-    {
+    async fn event<K: Kind>(&self, obj: &K, note: &Note) {
         let line = format!(
             "{} {:?} {} {}: {}\n",
             super::decide::now_rfc3339(),
@@ -125,13 +105,15 @@ impl Store for LocalStore {
             note.reason,
             note.message
         );
-        info!(kind = %K::kind(&()), name = obj.meta().name.as_deref().unwrap_or_default(), reason = %note.reason, detail = %note.message, "event");
+        info!(kind = K::KIND, name = obj.meta().name.as_deref().unwrap_or_default(), reason = %note.reason, detail = %note.message, "event");
         use std::io::Write;
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.join("events.log"))
         {
+            // events.log is a convenience beside the status files; a failed append loses
+            // one line of it, never a status.
             let _ = f.write_all(line.as_bytes());
         }
     }
@@ -161,10 +143,6 @@ fn manifests(dir: &Path) -> Result<Vec<(PathBuf, String)>, OperatorError> {
     Ok(v)
 }
 
-fn read_job(p: &Path) -> Option<AnticompactionJob> {
-    serde_saphyr::from_str(&std::fs::read_to_string(p).ok()?).ok()
-}
-
 fn with_local_meta<K: kube::Resource>(obj: &mut K, file: &Path) {
     let m = obj.meta_mut();
     if m.name.is_none() {
@@ -181,54 +159,26 @@ fn load_status(dir: &Path, name: &str) -> Option<JobStatus> {
     serde_saphyr::from_str(&std::fs::read_to_string(status_path(dir, name)).ok()?).ok()
 }
 
-/// One pass over the directory; returns how many of this node's jobs are not finished.
-pub async fn pass(ctx: &Arc<Ctx<LocalStore>>) -> Result<usize, OperatorError> {
-    let dir = ctx.store.dir.clone();
+/// One pass of one kind; returns how many of this node's resources are not finished.
+async fn pass_kind<K: Kind>(ctx: &Arc<Ctx<LocalStore>>) -> Result<usize, OperatorError> {
     let mut open = 0;
-    for (p, kind) in manifests(&dir)? {
-        let text = std::fs::read_to_string(&p)
-            .map_err(|e| OperatorError::Store(format!("{}: {e}", p.display())))?;
-        match kind.as_str() {
-            "AnticompactionJob" => {
-                let mut job: AnticompactionJob = match serde_saphyr::from_str(&text) {
-                    Ok(j) => j,
-                    Err(e) => {
-                        warn!(file = %p.display(), error = %e, "not a valid AnticompactionJob");
-                        continue;
-                    }
-                };
-                with_local_meta(&mut job, &p);
-                job.status = load_status(&dir, &job.name_any());
-                if job.spec.node_name != ctx.node {
-                    continue;
-                }
-                let _ = reconcile::reconcile_job(Arc::new(job.clone()), ctx.clone()).await?;
-                if !super::decide::is_finished(load_status(&dir, &job.name_any()).as_ref()) {
-                    open += 1;
-                }
-            }
-            "RangeStream" => {
-                let mut s: RangeStream = match serde_saphyr::from_str(&text) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        warn!(file = %p.display(), error = %e, "not a valid RangeStream");
-                        continue;
-                    }
-                };
-                with_local_meta(&mut s, &p);
-                s.status = load_status(&dir, &s.name_any());
-                let mine = s.spec.source_node == ctx.node;
-                let name = s.name_any();
-                reconcile::reconcile_stream(Arc::new(s), ctx.clone()).await?;
-                // `--once` waits for this node's streams too (the sender runs on a task).
-                if mine && !super::decide::is_finished(load_status(&dir, &name).as_ref()) {
-                    open += 1;
-                }
-            }
-            _ => {}
+    for (_, obj) in ctx.store.load::<K>()? {
+        if obj.acting_node() != ctx.node {
+            continue;
+        }
+        let name = obj.name_any();
+        core::reconcile(Arc::new(obj), ctx.clone()).await?;
+        // `--once` waits for the executions it spawned (they run on tasks of their own).
+        if !super::decide::is_finished(load_status(&ctx.store.dir, &name).as_ref()) {
+            open += 1;
         }
     }
     Ok(open)
+}
+
+/// One pass over the directory; returns how many of this node's resources are not finished.
+pub async fn pass(ctx: &Arc<Ctx<LocalStore>>) -> Result<usize, OperatorError> {
+    Ok(pass_kind::<AnticompactionJob>(ctx).await? + pass_kind::<RangeStream>(ctx).await?)
 }
 
 /// Runs passes every `interval` until shutdown, or (with `once`) until every job of this
@@ -247,13 +197,13 @@ pub async fn run(
             Err(e) => {
                 ctx.metrics
                     .reconcile_errors
-                    .with_label_values(&["AnticompactionJob", e.label()])
+                    .with_label_values(&["local", e.label()])
                     .inc();
                 error!(error = %e, "local pass failed");
                 1
             }
         };
-        if (once && open == 0) || reconcile::shutdown_requested(&ctx) {
+        if (once && open == 0) || ctx.shutdown_requested() {
             ctx.runs.cancel_all();
             ctx.runs.wait_idle(Duration::from_secs(3600)).await;
             return Ok(());

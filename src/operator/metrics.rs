@@ -207,7 +207,7 @@ impl Metrics {
     pub fn forget(&self, kind: &str, namespace: &str, name: &str) {
         let _ = self.progress.remove_label_values(&[kind, namespace, name]);
         let _ = self.throttle.remove_label_values(&[kind, namespace, name]);
-        if kind == super::reconcile::STREAM {
+        if kind == <super::crd::RangeStream as super::core::Kind>::KIND {
             let _ = self.stream_sent.remove_label_values(&[namespace, name]);
             let _ = self.stream_total.remove_label_values(&[namespace, name]);
             let _ = self

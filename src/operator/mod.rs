@@ -1,12 +1,15 @@
-//! The Kubernetes side: CRD types, the reconcilers and what they decide, the resource stores
-//! (the Kubernetes API or a directory of manifests), metrics and HTTP endpoints.
+//! The Kubernetes side: the operator core (one for every kind), the kinds that plug into it
+//! (`anticompaction`, `stream`), the CRD types, what they decide, the stores (the
+//! Kubernetes API in `controller`, a directory of manifests in `local`), metrics and
+//! HTTP endpoints.
 
+pub mod anticompaction;
 pub mod controller;
+pub mod core;
 pub mod crd;
 pub mod decide;
 pub mod job;
 pub mod local;
 pub mod metrics;
-pub mod reconcile;
 pub mod status;
 pub mod stream;

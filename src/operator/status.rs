@@ -19,6 +19,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::crd::{Condition, JobStatus, Progress, SSTableResult, StreamStatus, Worker};
+use crate::reason::{Milestone, Reason, Why};
 
 /// `status.phase`: Pending → Running → Complete, Failed, or Planned (a dry run).
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
@@ -57,10 +58,10 @@ pub fn phase(s: Option<&JobStatus>) -> Phase {
 #[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
     /// The spec or a pre-flight refused the job: it fails without having written anything.
-    Rejected { reason: &'a str, message: &'a str },
+    Rejected { reason: Reason, message: &'a str },
     /// A limit holds the job back (another job on its table, the node's concurrency); it
     /// stays Pending with a `Waiting` condition saying why.
-    Waiting { reason: &'a str, message: &'a str },
+    Waiting { reason: Reason, message: &'a str },
     /// This worker takes the lease (a Running status means it resumes another's work).
     Claimed { identity: &'a str },
     /// The worker renews its lease.
@@ -76,7 +77,7 @@ pub enum Event<'a> {
     /// Stopped between two sstables (shutdown); the lease is released for the next worker.
     Interrupted,
     /// Execution failed.
-    Failed { reason: &'a str, message: &'a str },
+    Failed { reason: Reason, message: &'a str },
     /// A RangeStream's spec is valid; it waits for the streaming engine.
     StreamAccepted,
     /// A RangeStream's sender recorded more bytes or verdicts (it owns `stream` and
@@ -90,7 +91,7 @@ pub enum Event<'a> {
     /// with 5xx); the sender waits and tries again: condition `Retrying` says why and when.
     Retrying {
         identity: &'a str,
-        reason: &'a str,
+        reason: Reason,
         message: &'a str,
     },
     /// A retried child went through: `Retrying` turns False.
@@ -107,8 +108,18 @@ pub enum EventType {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
     pub type_: EventType,
-    pub reason: String,
+    pub reason: Why,
     pub message: String,
+}
+
+impl Note {
+    fn new(type_: EventType, reason: impl Into<Why>, message: &str) -> Option<Note> {
+        Some(Note {
+            type_,
+            reason: reason.into(),
+            message: message.into(),
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -118,6 +129,65 @@ pub struct Transition {
     pub note: Option<Note>,
 }
 
+/// The `type` of a status condition: the list every kind writes (metav1.Condition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionType {
+    Running,
+    Waiting,
+    Failed,
+    Retrying,
+    Complete,
+    Planned,
+    Accepted,
+}
+
+impl ConditionType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Running => "Running",
+            ConditionType::Waiting => "Waiting",
+            ConditionType::Failed => "Failed",
+            ConditionType::Retrying => "Retrying",
+            ConditionType::Complete => "Complete",
+            ConditionType::Planned => "Planned",
+            ConditionType::Accepted => "Accepted",
+        }
+    }
+
+    /// Conditions that appear only once they were True: a job that never waited (a stream
+    /// that never retried) gets no False `Waiting` (`Retrying`).
+    fn absent_until_true(self) -> bool {
+        matches!(self, ConditionType::Waiting | ConditionType::Retrying)
+    }
+}
+
+/// The condition writer of one transition: its generation and time, set once.
+struct Conditions<'a> {
+    list: &'a mut Vec<Condition>,
+    generation: Option<i64>,
+    now: &'a str,
+}
+
+impl Conditions<'_> {
+    fn set(&mut self, ty: ConditionType, on: bool, why: impl Into<Why>, message: &str) {
+        set_condition(
+            self.list,
+            ty,
+            on,
+            why.into(),
+            message,
+            self.generation,
+            self.now,
+        );
+    }
+
+    fn is_true(&self, ty: ConditionType) -> bool {
+        self.list
+            .iter()
+            .any(|c| c.type_ == ty.as_str() && c.status == "True")
+    }
+}
+
 /// RFC 3339 at whole seconds (what the apiserver stores for metav1.Time).
 pub fn rfc3339(secs: i64) -> String {
     k8s_openapi::jiff::Timestamp::from_second(secs)
@@ -125,134 +195,82 @@ pub fn rfc3339(secs: i64) -> String {
         .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
 }
 
+fn worker(identity: &str, t: &str) -> Option<Worker> {
+    Some(Worker {
+        identity: identity.into(),
+        heartbeat_time: t.into(),
+    })
+}
+
 /// The status after `ev` at `now` (seconds since the epoch), for a resource at `generation`.
 pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64) -> Transition {
+    use ConditionType::*;
     let mut st = status.clone();
     let t = rfc3339(now);
-    let note = |type_, reason: &str, message: &str| {
-        Some(Note {
-            type_,
-            reason: reason.into(),
-            message: message.into(),
-        })
+    let mut conditions = std::mem::take(&mut st.conditions);
+    let mut c = Conditions {
+        list: &mut conditions,
+        generation,
+        now: &t,
     };
     let note = match ev {
         Event::Rejected { reason, message } | Event::Failed { reason, message } => {
             st.phase = Some(Phase::Failed);
-            st.reason = Some(reason.into());
+            st.reason = Some(reason.as_str().into());
             st.message = Some(message.into());
             st.observed_generation = generation;
             st.completion_time = Some(t.clone());
             st.worker = None;
-            set_condition(
-                &mut st.conditions,
-                "Running",
-                false,
-                reason,
-                message,
-                generation,
-                &t,
-            );
-            set_condition(
-                &mut st.conditions,
-                "Waiting",
-                false,
-                reason,
-                message,
-                generation,
-                &t,
-            );
-            set_condition(
-                &mut st.conditions,
-                "Failed",
-                true,
-                reason,
-                message,
-                generation,
-                &t,
-            );
-            set_condition(
-                &mut st.conditions,
-                "Retrying",
-                false,
-                reason,
-                message,
-                generation,
-                &t,
-            );
-            note(EventType::Warning, reason, message)
+            for (ty, on) in [
+                (Running, false),
+                (Waiting, false),
+                (Failed, true),
+                (Retrying, false),
+            ] {
+                c.set(ty, on, reason, message);
+            }
+            Note::new(EventType::Warning, reason, message)
         }
         Event::Waiting { reason, message } => {
             let unchanged = st.phase == Some(Phase::Pending)
-                && st.conditions.iter().any(|c| {
-                    c.type_ == "Waiting"
-                        && c.status == "True"
-                        && c.reason == reason
-                        && c.message == message
+                && c.list.iter().any(|x| {
+                    x.type_ == Waiting.as_str()
+                        && x.status == "True"
+                        && x.reason == reason.as_str()
+                        && x.message == message
                 });
             st.phase = Some(Phase::Pending);
-            st.reason = Some(reason.into());
+            st.reason = Some(reason.as_str().into());
             st.message = Some(message.into());
             st.observed_generation = generation;
-            set_condition(
-                &mut st.conditions,
-                "Waiting",
-                true,
-                reason,
-                message,
-                generation,
-                &t,
-            );
+            c.set(Waiting, true, reason, message);
             if unchanged {
                 None
             } else {
-                note(EventType::Normal, reason, message)
+                Note::new(EventType::Normal, reason, message)
             }
         }
         Event::Claimed { identity } => {
-            let resumed = st.phase == Some(Phase::Running);
-            let (reason, message) = if resumed {
+            let (why, message) = if st.phase == Some(Phase::Running) {
                 (
-                    "Resumed",
+                    Milestone::Resumed,
                     format!("resumed by {identity} after the previous worker stopped"),
                 )
             } else {
-                ("Started", format!("started by {identity}"))
+                (Milestone::Started, format!("started by {identity}"))
             };
             st.phase = Some(Phase::Running);
             st.reason = None;
             st.message = None;
             st.observed_generation = generation;
             st.start_time.get_or_insert_with(|| t.clone());
-            st.worker = Some(Worker {
-                identity: identity.into(),
-                heartbeat_time: t.clone(),
-            });
-            set_condition(
-                &mut st.conditions,
-                "Waiting",
-                false,
-                reason,
-                &message,
-                generation,
-                &t,
-            );
-            set_condition(
-                &mut st.conditions,
-                "Running",
-                true,
-                reason,
-                &message,
-                generation,
-                &t,
-            );
-            note(EventType::Normal, reason, &message)
+            st.worker = worker(identity, &t);
+            c.set(Waiting, false, why, &message);
+            c.set(Running, true, why, &message);
+            Note::new(EventType::Normal, why, &message)
         }
         Event::Heartbeat { identity } => {
-            st.worker = Some(Worker {
-                identity: identity.into(),
-                heartbeat_time: t.clone(),
-            });
+            st.worker = worker(identity, &t);
             None
         }
         Event::Progress {
@@ -262,17 +280,14 @@ pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64
         } => {
             st.progress = progress.clone();
             st.results = results.to_vec();
-            st.worker = Some(Worker {
-                identity: identity.into(),
-                heartbeat_time: t.clone(),
-            });
+            st.worker = worker(identity, &t);
             None
         }
         Event::Finished { planned } => {
-            let (phase, cond, reason) = if planned {
-                (Phase::Planned, "Planned", "DryRun")
+            let (phase, cond, why) = if planned {
+                (Phase::Planned, Planned, Milestone::DryRun)
             } else {
-                (Phase::Complete, "Complete", "Completed")
+                (Phase::Complete, Complete, Milestone::Completed)
             };
             let p = &st.progress;
             let message = match &st.stream {
@@ -286,64 +301,37 @@ pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64
                 ),
             };
             st.phase = Some(phase);
-            st.reason = Some(reason.into());
+            st.reason = Some(why.as_str().into());
             st.message = Some(message.clone());
             st.completion_time = Some(t.clone());
             st.worker = None;
-            set_condition(
-                &mut st.conditions,
-                "Running",
-                false,
-                reason,
-                &message,
-                generation,
-                &t,
-            );
-            set_condition(
-                &mut st.conditions,
-                cond,
-                true,
-                reason,
-                &message,
-                generation,
-                &t,
-            );
-            note(EventType::Normal, reason, &message)
+            c.set(Running, false, why, &message);
+            c.set(cond, true, why, &message);
+            Note::new(EventType::Normal, why, &message)
         }
         Event::Interrupted => {
-            let message = "the worker stopped between two sstables; the next one resumes";
             st.worker = None;
-            set_condition(
-                &mut st.conditions,
-                "Running",
+            let why = Milestone::Interrupted;
+            c.set(
+                Running,
                 true,
-                "Interrupted",
-                message,
-                generation,
-                &t,
+                why,
+                "the worker stopped between two sstables; the next one resumes",
             );
-            note(
+            Note::new(
                 EventType::Normal,
-                "Interrupted",
+                why,
                 "stopped between two sstables for shutdown",
             )
         }
         Event::StreamAccepted => {
             st.phase = Some(Phase::Pending);
-            st.reason = Some("Accepted".into());
+            st.reason = Some(Milestone::Accepted.as_str().into());
             st.message =
                 Some("valid; waiting for the streaming engine of this sidecar version".into());
             st.observed_generation = generation;
-            set_condition(
-                &mut st.conditions,
-                "Accepted",
-                true,
-                "Valid",
-                "spec validated",
-                generation,
-                &t,
-            );
-            note(EventType::Normal, "Accepted", "spec validated")
+            c.set(Accepted, true, Milestone::Valid, "spec validated");
+            Note::new(EventType::Normal, Milestone::Accepted, "spec validated")
         }
         Event::StreamProgress {
             identity,
@@ -352,10 +340,7 @@ pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64
         } => {
             st.stream = Some(stream.clone());
             st.progress = progress.clone();
-            st.worker = Some(Worker {
-                identity: identity.into(),
-                heartbeat_time: t.clone(),
-            });
+            st.worker = worker(identity, &t);
             None
         }
         Event::Retrying {
@@ -363,54 +348,31 @@ pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64
             reason,
             message,
         } => {
-            st.worker = Some(Worker {
-                identity: identity.into(),
-                heartbeat_time: t.clone(),
-            });
-            set_condition(
-                &mut st.conditions,
-                "Retrying",
-                true,
-                reason,
-                message,
-                generation,
-                &t,
-            );
-            note(
+            st.worker = worker(identity, &t);
+            c.set(Retrying, true, reason, message);
+            Note::new(
                 EventType::Warning,
-                "Retrying",
+                Milestone::Retrying,
                 &format!("{reason}: {message}"),
             )
         }
         Event::Recovered { identity } => {
-            st.worker = Some(Worker {
-                identity: identity.into(),
-                heartbeat_time: t.clone(),
-            });
-            let was = st
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Retrying" && c.status == "True");
-            if was {
-                set_condition(
-                    &mut st.conditions,
-                    "Retrying",
+            st.worker = worker(identity, &t);
+            if c.is_true(Retrying) {
+                let why = Milestone::Recovered;
+                c.set(
+                    Retrying,
                     false,
-                    "Recovered",
+                    why,
                     "the receiver answered again; the transfer resumed from its durable offsets",
-                    generation,
-                    &t,
                 );
-                note(
-                    EventType::Normal,
-                    "Recovered",
-                    "the receiver answered again",
-                )
+                Note::new(EventType::Normal, why, "the receiver answered again")
             } else {
                 None
             }
         }
     };
+    st.conditions = conditions;
     Transition { status: st, note }
 }
 
@@ -419,16 +381,17 @@ pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64
 /// falls back to the reason: a 1.20 apiserver's server-side apply turns "" into null.
 pub fn set_condition(
     conds: &mut Vec<Condition>,
-    type_: &str,
+    ty: ConditionType,
     status: bool,
-    reason: &str,
+    why: Why,
     message: &str,
     generation: Option<i64>,
     now: &str,
 ) {
     let s = if status { "True" } else { "False" };
+    let reason = why.as_str();
     let message = if message.is_empty() { reason } else { message };
-    match conds.iter_mut().find(|c| c.type_ == type_) {
+    match conds.iter_mut().find(|c| c.type_ == ty.as_str()) {
         Some(c) => {
             if c.status != s {
                 c.last_transition_time = now.into();
@@ -438,11 +401,9 @@ pub fn set_condition(
             c.message = message.into();
             c.observed_generation = generation;
         }
-        None if !status && (type_ == "Waiting" || type_ == "Retrying") => {
-            // A job that never waited (a stream that never retried) gets no False condition.
-        }
+        None if !status && ty.absent_until_true() => {}
         None => conds.push(Condition {
-            type_: type_.into(),
+            type_: ty.as_str().into(),
             status: s.into(),
             observed_generation: generation,
             last_transition_time: now.into(),
@@ -475,7 +436,7 @@ mod tests {
         assert_eq!(st.worker.as_ref().unwrap().identity, "n1/1/1");
         assert_eq!(st.start_time.as_deref(), Some(rfc3339(T0).as_str()));
         assert_eq!(st.observed_generation, Some(2));
-        assert_eq!(t.note.unwrap().reason, "Started");
+        assert_eq!(t.note.unwrap().reason, Why::Milestone(Milestone::Started));
         assert!(st.conditions.iter().all(|c| c.type_ != "Waiting"));
         let progress = Progress {
             sstables_total: 2,
@@ -523,7 +484,7 @@ mod tests {
             ..Default::default()
         };
         let t = next(&st, Event::Claimed { identity: "b" }, None, T0);
-        assert_eq!(t.note.unwrap().reason, "Resumed");
+        assert_eq!(t.note.unwrap().reason, Why::Milestone(Milestone::Resumed));
         assert_eq!(
             t.status.start_time.as_deref(),
             Some(rfc3339(T0 - 100).as_str())
@@ -533,7 +494,7 @@ mod tests {
     #[test]
     fn waiting_says_why_and_publishes_an_event_only_when_it_changes() {
         let w = Event::Waiting {
-            reason: "TableBusy",
+            reason: Reason::TableBusy,
             message: "ks.t is being anticompacted by default/j1",
         };
         let a = next(&JobStatus::default(), w, Some(1), T0);
@@ -564,11 +525,11 @@ mod tests {
     fn rejection_and_failure_end_the_job_with_the_reason() {
         for ev in [
             Event::Rejected {
-                reason: "InsufficientSpace",
+                reason: Reason::InsufficientSpace,
                 message: "needs 3 GiB",
             },
             Event::Failed {
-                reason: "CorruptSSTable",
+                reason: Reason::CorruptSSTable,
                 message: "bad chunk",
             },
         ] {
@@ -644,7 +605,7 @@ mod tests {
             &running,
             Event::Retrying {
                 identity: "me",
-                reason: "Unreachable",
+                reason: Reason::Unreachable,
                 message: "attempt 1 of 6 failed",
             },
             None,
@@ -660,11 +621,14 @@ mod tests {
         );
         let ok = next(&r.status, Event::Recovered { identity: "me" }, None, T0 + 2);
         assert_eq!(cond(&ok.status, "Retrying").status, "False");
-        assert_eq!(ok.note.unwrap().reason, "Recovered");
+        assert_eq!(
+            ok.note.unwrap().reason,
+            Why::Milestone(Milestone::Recovered)
+        );
         let failed = next(
             &r.status,
             Event::Failed {
-                reason: "Unreachable",
+                reason: Reason::Unreachable,
                 message: "after 6 attempts",
             },
             None,
@@ -700,14 +664,40 @@ mod tests {
     #[test]
     fn conditions_keep_transition_time_when_unchanged() {
         let mut c = Vec::new();
-        set_condition(&mut c, "Running", true, "Started", "", Some(1), "t1");
-        set_condition(&mut c, "Running", true, "Progress", "1/2", Some(1), "t2");
+        let started = Why::Milestone(Milestone::Started);
+        set_condition(
+            &mut c,
+            ConditionType::Running,
+            true,
+            started,
+            "",
+            Some(1),
+            "t1",
+        );
+        set_condition(
+            &mut c,
+            ConditionType::Running,
+            true,
+            started,
+            "1/2",
+            Some(1),
+            "t2",
+        );
         assert_eq!(c[0].last_transition_time, "t1");
         assert_eq!(c.len(), 1);
-        set_condition(&mut c, "Complete", true, "Done", "", Some(1), "t3");
+        let done = Why::Milestone(Milestone::Completed);
+        set_condition(
+            &mut c,
+            ConditionType::Complete,
+            true,
+            done,
+            "",
+            Some(1),
+            "t3",
+        );
         assert_eq!(c.len(), 2);
         assert_eq!(
-            c[1].message, "Done",
+            c[1].message, "Completed",
             "empty message falls back to the reason"
         );
     }

@@ -5,7 +5,7 @@
 //! throughput and each child's verdict in status.
 //!
 //! Ownership, Events and the phase machine are the AnticompactionJob's: a lease in
-//! `status.worker` taken with the resourceVersion as a precondition (`reconcile::Lease`),
+//! `status.worker` taken with the resourceVersion as a precondition (`core::Lease`),
 //! Pending → Running → Complete | Failed, transitions in `status.rs`. A stream reads the
 //! table it sends from, so it claims the table like a job does: a Replace job cannot swap a
 //! parent out from under a send.
@@ -29,19 +29,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::runtime::controller::Action;
 use kube::ResourceExt;
-use tracing::{info, warn, Instrument};
+use tracing::{info, warn};
 
+use super::core::{lease, now, Ctx, Ended, Kind, Lease, Run, Store};
 use super::crd::{
     Destination, JobStatus, Progress, RangeStream, RangeStreamSpec, StreamChildResult,
     StreamSSTableResult, StreamStatus,
 };
-use super::decide::{Next, TableClaim};
-use super::job::Failure;
-use super::reconcile::{self, now, record, Claim, Ctx, Lease, OperatorError, Store, STREAM};
+use super::decide::TableClaim;
 use super::status::{self, Event};
 use crate::io::throttle::TokenBucket;
+use crate::reason::Failure;
 use crate::reason::Reason;
 use crate::sstable::{Component, Descriptor, Format};
 use crate::stream::plan::{range_children, RangeChild};
@@ -113,7 +112,7 @@ impl StreamClient {
     pub fn endpoint(&self, d: &Destination, namespace: &str) -> Result<Endpoint, Failure> {
         let addr = resolve_destination(d, namespace, self.service_port).ok_or_else(|| {
             Failure::new(
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 "spec.destination: no endpoint, and the service is not name[.namespace][:port]",
             )
         })?;
@@ -123,7 +122,7 @@ impl StreamClient {
                 let name = rustls::pki_types::ServerName::try_from(host.to_string())
                     .map_err(|e| {
                         Failure::new(
-                            "InvalidSpec",
+                            Reason::InvalidSpec,
                             format!("spec.destination {addr}: not a TLS server name: {e}"),
                         )
                     })?;
@@ -132,7 +131,7 @@ impl StreamClient {
             None if self.insecure_plaintext => None,
             None => {
                 return Err(Failure::new(
-                    Reason::Unauthorized.as_str(),
+                    Reason::Unauthorized,
                     "this sidecar has no stream client credentials: start it with --stream-tls-client-ca (TLS, the receivers' CA) or --insecure-plaintext, and --stream-token-file or --stream-tls-cert/--stream-tls-key",
                 ))
             }
@@ -156,9 +155,7 @@ pub struct Planned {
 fn sstables_of(dirs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
     let mut out = Vec::new();
     for d in dirs {
-        let rd = std::fs::read_dir(d).map_err(|e| {
-            Failure::new("DataDirectoryUnreadable", format!("{}: {e}", d.display()))
-        })?;
+        let rd = std::fs::read_dir(d).map_err(|e| Failure::io(d.display(), &e))?;
         for e in rd.filter_map(|e| e.ok()) {
             let p = e.path();
             if let Ok((desc, Component::Data)) = Descriptor::from_path(&p) {
@@ -173,7 +170,7 @@ fn sstables_of(dirs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
 }
 
 fn failure(e: StreamError) -> Failure {
-    Failure::new(e.reason().as_str(), e.to_string())
+    Failure::new(e.reason(), e.to_string())
 }
 
 /// Plans the stream (blocking: reads every parent's Index.db once). Transfer ids are
@@ -203,17 +200,16 @@ pub fn plan(
             .unwrap_or_default();
         let (_, table) = send::keyspace_table_of(&data).ok_or_else(|| {
             Failure::new(
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 format!("{}: no table directory", data.display()),
             )
         })?;
-        let (desc, _) = Descriptor::from_path(&data)
-            .map_err(|e| Failure::new(Reason::CorruptSSTable.as_str(), e.to_string()))?;
+        let (desc, _) = Descriptor::from_path(&data).map_err(read_failure)?;
         let partitioner = crate::sstable::SSTable::open(&data)
-            .map_err(|e| Failure::new(Reason::CorruptSSTable.as_str(), e.to_string()))?
+            .map_err(read_failure)?
             .partitioner;
         let ranges = crate::split::ranges::to_token_ranges(partitioner, &specs)
-            .map_err(|m| Failure::new("InvalidRange", format!("spec.ranges: {m}")))?;
+            .map_err(|m| Failure::new(Reason::InvalidRange, format!("spec.ranges: {m}")))?;
         let name = ChildName {
             transfer: format!("{uid}.{table}.{}-{}", desc.version, desc.id),
             group: group.to_string(),
@@ -245,59 +241,71 @@ pub fn plan(
     Ok(out)
 }
 
-/// Decide's answer, applied: fail, wait, or claim the lease and spawn the sender.
-pub async fn apply<S: Store>(
-    s: &Arc<RangeStream>,
-    ctx: &Arc<Ctx<S>>,
-    key: &str,
-    next: Next,
-) -> Result<Action, OperatorError> {
-    match next {
-        Next::Ignore | Next::Finished(_) | Next::Delete => Ok(Action::await_change()),
-        Next::Wait(d) => Ok(Action::requeue(d)),
-        Next::Fail { reason, message } => {
-            let ev = Event::Rejected {
-                reason: &reason,
-                message: &message,
-            };
-            let t = status::next(&current(s), ev, s.metadata.generation, now());
-            warn!(%reason, detail = %message, "stream rejected");
-            ctx.store.patch_stream_status(s, &t.status, None).await?;
-            record(ctx, &**s, key, &t.status, t.note.as_ref()).await;
-            Ok(Action::await_change())
-        }
-        Next::Run => start(s, ctx, key).await,
+/// A read error of the source sstable, with the reason its kind gives (a short read is
+/// `CorruptSSTable`, EACCES `PermissionDenied`, EIO `IoError`).
+fn read_failure(e: crate::sstable::error::FormatError) -> Failure {
+    Failure::new(crate::split::error::format_reason(&e), e.to_string())
+}
+
+/// Only the source node's sidecar acts on a RangeStream (the destination's receiver
+/// learns of it from its transfers), with the same lease as a job's.
+impl Kind for RangeStream {
+    const KIND: &'static str = "RangeStream";
+    const STOP_BUDGET: Duration = Duration::from_secs(120);
+
+    fn status(&self) -> Option<&JobStatus> {
+        self.status.as_ref()
     }
-}
 
-fn current(s: &RangeStream) -> JobStatus {
-    s.status.clone().unwrap_or_default()
-}
+    fn set_status(&mut self, status: Option<JobStatus>) {
+        self.status = status;
+    }
 
-async fn start<S: Store>(
-    s: &Arc<RangeStream>,
-    ctx: &Arc<Ctx<S>>,
-    key: &str,
-) -> Result<Action, OperatorError> {
-    let claim = TableClaim {
-        data_dir: ctx.data_dir.clone(),
-        keyspace: s.spec.keyspace.clone(),
-        tables: s.spec.tables.clone(),
-    };
-    let (claimed, rv, cancel) = match reconcile::claim(&**s, ctx, key, claim).await? {
-        Claim::Taken { status, rv, cancel } => (*status, rv, cancel),
-        Claim::Later(a) => return Ok(a),
-    };
-    let span = tracing::Span::current();
-    let (s, ctx2, key2) = (s.clone(), ctx.clone(), key.to_string());
-    tokio::spawn(
-        async move {
-            run(&s, &ctx2, &key2, claimed, rv, cancel).await;
-            ctx2.runs.finish(&key2);
+    fn acting_node(&self) -> &str {
+        &self.spec.source_node
+    }
+
+    fn validate(&self) -> Result<(), Failure> {
+        super::decide::validate_stream(&self.spec)
+    }
+
+    fn rate_limit(&self) -> Option<u64> {
+        self.spec.max_bytes_per_second
+    }
+
+    fn tables(&self, default_data_dir: &Path) -> TableClaim {
+        TableClaim {
+            data_dir: default_data_dir.to_path_buf(),
+            keyspace: self.spec.keyspace.clone(),
+            tables: self.spec.tables.clone(),
         }
-        .instrument(span),
-    );
-    Ok(Action::await_change())
+    }
+
+    async fn work<S: Store>(self: Arc<Self>, ctx: Arc<Ctx<S>>, run: Run) {
+        send(&self, &ctx, run).await
+    }
+
+    /// A run that was stopped asked the receiver to drop the in-flight transfer's staging
+    /// itself; when no run was here (a previous worker died), the transfer the status names
+    /// is cancelled on the receiver. Published children stay on the destination.
+    async fn cleanup<S: Store>(self: Arc<Self>, ctx: Arc<Ctx<S>>, stopped: bool) -> String {
+        if stopped {
+            return "the send was stopped and the receiver asked to drop its staging".to_string();
+        }
+        let in_flight = self
+            .status
+            .as_ref()
+            .and_then(|st| st.stream.as_ref())
+            .and_then(|x| x.current_transfer.clone());
+        let ns = self.namespace().unwrap_or_default();
+        match (in_flight, ctx.stream.endpoint(&self.spec.destination, &ns)) {
+            (Some(id), Ok(ep)) => match cancel_on_receiver(&ep, &id).await {
+                Ok(()) => format!("the receiver dropped the staging of {id}"),
+                Err(e) => format!("cleanup incomplete: the receiver's staging of {id} stays: {e}"),
+            },
+            _ => "nothing in flight".to_string(),
+        }
+    }
 }
 
 /// How a send ended, short of success.
@@ -425,7 +433,7 @@ async fn send_one<S: Store>(
                 String::new()
             };
             return Err(Stop::Failed(Failure::new(
-                e.reason().as_str(),
+                e.reason(),
                 format!("transfer {id} to {}: {e}{after}", ep.addr),
             )));
         }
@@ -451,7 +459,7 @@ async fn send_one<S: Store>(
             wait.as_millis()
         );
         warn!(reason = e.reason().as_str(), detail = %message, "stream attempt failed");
-        let (identity, reason) = (sender.ctx.identity.clone(), e.reason().as_str());
+        let (identity, reason) = (sender.ctx.identity.clone(), e.reason());
         sender.write_progress(0).await;
         sender
             .transition(Event::Retrying {
@@ -475,21 +483,10 @@ pub async fn cancel_on_receiver(ep: &Endpoint, id: &str) -> Result<(), StreamErr
 }
 
 /// One stream's execution, on its own task.
-async fn run<S: Store>(
-    s: &Arc<RangeStream>,
-    ctx: &Arc<Ctx<S>>,
-    key: &str,
-    claimed: JobStatus,
-    rv: Option<String>,
-    cancel: Arc<AtomicBool>,
-) {
+async fn send<S: Store>(s: &Arc<RangeStream>, ctx: &Arc<Ctx<S>>, mut run: Run) {
     let started = Instant::now();
-    let lease = Lease {
-        ctx,
-        job: &**s,
-        rv,
-        lost: false,
-    };
+    let claimed = std::mem::take(&mut run.claimed);
+    let lease = run.lease(&**ctx, &**s);
     let mut sender = Sender {
         ctx,
         s,
@@ -505,32 +502,13 @@ async fn run<S: Store>(
         started,
     };
     let mut in_flight: Option<(Endpoint, String)> = None;
-    let result = execute(&mut sender, &cancel, &mut in_flight).await;
-    let deleted = !reconcile::shutdown_requested(ctx) && !sender.lease.lost;
-    let (ev_failed, label);
-    let ev = match &result {
-        Ok(()) => {
-            label = "complete";
-            Event::Finished { planned: false }
-        }
-        Err(Stop::Cancelled) => {
-            label = "interrupted";
-            Event::Interrupted
-        }
-        Err(Stop::Failed(f)) => {
-            label = "failed";
-            ev_failed = f.clone();
-            Event::Failed {
-                reason: &ev_failed.reason,
-                message: &ev_failed.message,
-            }
-        }
+    let ended = match execute(&mut sender, &run.cancel, &mut in_flight).await {
+        Ok(()) => Ended::Complete,
+        Err(Stop::Cancelled) => Ended::Interrupted,
+        Err(Stop::Failed(f)) => Ended::Failed(f),
     };
-    ctx.metrics
-        .job_duration
-        .with_label_values(&[STREAM, label])
-        .observe(started.elapsed().as_secs_f64());
-    if let (Err(Stop::Cancelled), true) = (&result, deleted) {
+    let deleted = ended == Ended::Interrupted && !ctx.shutdown_requested() && !sender.lease.lost;
+    if deleted {
         // Deleted: the finalizer waits for this; the receiver's staging goes with it.
         if let Some((ep, id)) = in_flight {
             match cancel_on_receiver(&ep, &id).await {
@@ -542,20 +520,11 @@ async fn run<S: Store>(
                 }
             }
         }
-        return;
+    } else if !sender.lease.lost {
+        sender.write_progress(0).await;
     }
-    if sender.lease.lost {
-        return;
-    }
-    match &result {
-        Ok(()) => info!(elapsed = ?started.elapsed(), "stream complete"),
-        Err(Stop::Failed(f)) => warn!(reason = %f.reason, detail = %f.message, "stream failed"),
-        Err(Stop::Cancelled) => info!("stream interrupted for shutdown; the next worker resumes"),
-    }
-    sender.write_progress(0).await;
-    let t = status::next(&sender.latest, ev, s.metadata.generation, now());
-    sender.lease.write_final(&t.status).await;
-    record(ctx, &**s, key, &t.status, t.note.as_ref()).await;
+    let last = sender.latest.clone();
+    lease::finish(&mut sender.lease, &run.key, started, &last, ended).await;
 }
 
 /// Plans, then sends every child in order; `in_flight` names the transfer being sent.
@@ -579,7 +548,7 @@ async fn execute<S: Store>(
     );
     let planned = tokio::task::spawn_blocking(move || plan(&data_dir, &spec, &uid, &group, &node))
         .await
-        .map_err(|e| Stop::Failed(Failure::new(Reason::IoError.as_str(), e.to_string())))?
+        .map_err(|e| Stop::Failed(Failure::new(Reason::IoError, e.to_string())))?
         .map_err(Stop::Failed)?;
     sender.stream.bytes_total = planned
         .iter()
@@ -638,7 +607,7 @@ async fn execute<S: Store>(
             });
             if !v.ok || v.partitions != child.partitions {
                 return Err(Stop::Failed(Failure::new(
-                    Reason::CheckFailed.as_str(),
+                    Reason::CheckFailed,
                     format!(
                         "transfer {id}: the receiver's verdict has {} partitions (ok: {}), the child {}",
                         v.partitions, v.ok, child.partitions
@@ -725,7 +694,7 @@ mod tests {
             .endpoint(&dest(Some("127.0.0.1:1"), None), "db")
             .err()
             .unwrap();
-        assert_eq!(e.reason, "Unauthorized");
+        assert_eq!(e.reason, Reason::Unauthorized);
         let c = StreamClient {
             insecure_plaintext: true,
             token: Some("t".into()),

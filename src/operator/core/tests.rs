@@ -7,32 +7,63 @@ use std::collections::BTreeMap;
 
 use kube::core::Status;
 
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::runtime::controller::Action;
+
+use kube::ResourceExt;
+
 use super::*;
-use crate::operator::crd::{AnticompactionJobSpec, TokenRange};
+use crate::operator::crd::{
+    AnticompactionJob, AnticompactionJobSpec, JobStatus, RangeStream, TokenRange,
+};
+use crate::operator::decide::TableClaim;
+use crate::operator::metrics::Metrics;
+use crate::operator::status::{self, Event, Note, Phase};
 
 #[derive(Default)]
 struct Fake {
-    /// The stored job (name → job with its resourceVersion).
-    jobs: Mutex<HashMap<String, AnticompactionJob>>,
+    /// The stored resources (`kind/name` → the object as JSON, with its resourceVersion).
+    objects: Mutex<HashMap<String, serde_json::Value>>,
+    /// Status writes of jobs and of streams, in order.
     writes: Mutex<Vec<JobStatus>>,
-    events: Mutex<Vec<Note>>,
-    streams: Mutex<HashMap<String, RangeStream>>,
     stream_writes: Mutex<Vec<JobStatus>>,
+    events: Mutex<Vec<Note>>,
+}
+
+fn fake_key<K: Kind>(name: &str) -> String {
+    format!("{}/{name}", K::KIND)
 }
 
 impl Fake {
+    fn put_obj<K: Kind>(&self, o: &K) {
+        self.objects.lock().unwrap().insert(
+            fake_key::<K>(&o.name_any()),
+            serde_json::to_value(o).unwrap(),
+        );
+    }
+    fn obj<K: Kind>(&self, name: &str) -> Option<K> {
+        self.objects
+            .lock()
+            .unwrap()
+            .get(&fake_key::<K>(name))
+            .map(|v| serde_json::from_value(v.clone()).unwrap())
+    }
     fn put(&self, j: &AnticompactionJob) {
-        self.jobs.lock().unwrap().insert(j.name_any(), j.clone());
+        self.put_obj(j)
     }
     fn stored(&self, name: &str) -> AnticompactionJob {
-        self.jobs.lock().unwrap()[name].clone()
+        self.obj(name).unwrap()
     }
     fn reasons(&self) -> Vec<String> {
         self.events
             .lock()
             .unwrap()
             .iter()
-            .map(|n| n.reason.clone())
+            .map(|n| n.reason.as_str().to_string())
             .collect()
     }
 }
@@ -44,73 +75,46 @@ fn conflict() -> OperatorError {
 }
 
 impl Store for Arc<Fake> {
-    async fn patch_status(
+    async fn patch_status<K: Kind>(
         &self,
-        job: &AnticompactionJob,
+        obj: &K,
         status: &JobStatus,
         expect: Option<&str>,
     ) -> Result<Option<String>, OperatorError> {
-        let mut m = self.jobs.lock().unwrap();
-        let j = m
-            .get_mut(&job.name_any())
-            .ok_or(OperatorError::Store("gone".into()))?;
-        if expect.is_some() && expect != j.metadata.resource_version.as_deref() {
-            return Err(conflict());
-        }
-        let rv: u64 = j
-            .metadata
-            .resource_version
-            .as_deref()
-            .unwrap_or("0")
-            .parse()
-            .unwrap();
-        j.metadata.resource_version = Some((rv + 1).to_string());
-        j.status = Some(status.clone());
-        self.writes.lock().unwrap().push(status.clone());
-        Ok(j.metadata.resource_version.clone())
-    }
-    async fn get(
-        &self,
-        job: &AnticompactionJob,
-    ) -> Result<Option<AnticompactionJob>, OperatorError> {
-        Ok(self.jobs.lock().unwrap().get(&job.name_any()).cloned())
-    }
-    async fn patch_stream_status(
-        &self,
-        s: &RangeStream,
-        st: &JobStatus,
-        expect: Option<&str>,
-    ) -> Result<Option<String>, OperatorError> {
-        let mut m = self.streams.lock().unwrap();
-        let x = m
-            .get_mut(&s.name_any())
-            .ok_or(OperatorError::Store("gone".into()))?;
-        if expect.is_some() && expect != x.metadata.resource_version.as_deref() {
+        let Some(mut x) = self.obj::<K>(&obj.name_any()) else {
+            return Err(OperatorError::Store("gone".into()));
+        };
+        if expect.is_some() && expect != x.meta().resource_version.as_deref() {
             return Err(conflict());
         }
         let rv: u64 = x
-            .metadata
+            .meta()
             .resource_version
             .as_deref()
             .unwrap_or("0")
             .parse()
             .unwrap();
-        x.metadata.resource_version = Some((rv + 1).to_string());
-        x.status = Some(st.clone());
-        self.stream_writes.lock().unwrap().push(st.clone());
-        Ok(x.metadata.resource_version.clone())
+        x.meta_mut().resource_version = Some((rv + 1).to_string());
+        x.set_status(Some(status.clone()));
+        self.put_obj(&x);
+        if K::KIND == "RangeStream" {
+            self.stream_writes.lock().unwrap().push(status.clone());
+        } else {
+            self.writes.lock().unwrap().push(status.clone());
+        }
+        Ok(x.meta().resource_version.clone())
     }
-    async fn get_stream(&self, s: &RangeStream) -> Result<Option<RangeStream>, OperatorError> {
-        Ok(self.streams.lock().unwrap().get(&s.name_any()).cloned())
+    async fn get<K: Kind>(&self, obj: &K) -> Result<Option<K>, OperatorError> {
+        Ok(self.obj(&obj.name_any()))
     }
-    async fn delete(&self, job: &AnticompactionJob) -> Result<(), OperatorError> {
-        self.jobs.lock().unwrap().remove(&job.name_any());
+    async fn delete<K: Kind>(&self, obj: &K) -> Result<(), OperatorError> {
+        self.objects
+            .lock()
+            .unwrap()
+            .remove(&fake_key::<K>(&obj.name_any()));
         Ok(())
     }
-    async fn event<K>(&self, _obj: &K, note: &Note)
-    where
-        K: Resource<DynamicType = ()> + Sync,
-    {
+    async fn event<K: Kind>(&self, _obj: &K, note: &Note) {
         self.events.lock().unwrap().push(note.clone());
     }
 }
@@ -206,7 +210,7 @@ async fn a_job_is_claimed_with_its_resource_version_run_on_a_task_and_recorded()
     let j = JobBuilder::new("j").build();
     fake.put(&j);
     let t = Instant::now();
-    let action = reconcile_job(Arc::new(j), ctx.clone()).await.unwrap();
+    let action = reconcile(Arc::new(j), ctx.clone()).await.unwrap();
     assert_eq!(action, Action::await_change());
     assert!(
         t.elapsed() < Duration::from_secs(2),
@@ -244,7 +248,7 @@ async fn a_stale_view_loses_the_claim_with_409_and_nothing_runs() {
     // The stored job moved on (another worker claimed it) since this view was taken.
     fake.put(&JobBuilder::new("j").rv("7").build());
     let stale = JobBuilder::new("j").rv("6").build();
-    let action = reconcile_job(Arc::new(stale), ctx.clone()).await.unwrap();
+    let action = reconcile(Arc::new(stale), ctx.clone()).await.unwrap();
     assert_eq!(action, Action::requeue(Duration::from_secs(2)));
     assert!(fake.writes.lock().unwrap().is_empty());
     assert!(fake.events.lock().unwrap().is_empty());
@@ -273,7 +277,7 @@ async fn jobs_on_one_table_wait_with_a_condition_saying_why() {
         .unwrap();
     let j = JobBuilder::new("second").tables(&["t", "u"]).build();
     fake.put(&j);
-    let a = reconcile_job(Arc::new(j), ctx.clone()).await.unwrap();
+    let a = reconcile(Arc::new(j), ctx.clone()).await.unwrap();
     assert_eq!(a, Action::requeue(Duration::from_secs(3)));
     let st = fake.stored("second").status.unwrap();
     assert_eq!(st.phase, Some(Phase::Pending));
@@ -289,7 +293,7 @@ async fn jobs_on_one_table_wait_with_a_condition_saying_why() {
     );
     // Again: no second write, no second Event.
     let again = fake.stored("second");
-    reconcile_job(Arc::new(again), ctx.clone()).await.unwrap();
+    reconcile(Arc::new(again), ctx.clone()).await.unwrap();
     assert_eq!(fake.writes.lock().unwrap().len(), 1);
     assert_eq!(fake.reasons(), ["TableBusy"]);
     assert!(ctx
@@ -310,7 +314,7 @@ async fn jobs_on_one_table_wait_with_a_condition_saying_why() {
             .try_start(&format!("AnticompactionJob/default/f{i}"), limit, 4)
             .unwrap();
     }
-    reconcile_job(Arc::new(other), ctx.clone()).await.unwrap();
+    reconcile(Arc::new(other), ctx.clone()).await.unwrap();
     let st = fake.stored("other").status.unwrap();
     assert_eq!(st.reason.as_deref(), Some("ConcurrencyLimit"));
 }
@@ -336,17 +340,17 @@ async fn invalid_mislabelled_and_foreign_jobs() {
     for j in [&bad, &foreign, &mislabelled2] {
         fake.put(j);
     }
-    reconcile_job(Arc::new(bad), ctx.clone()).await.unwrap();
+    reconcile(Arc::new(bad), ctx.clone()).await.unwrap();
     assert_eq!(
         fake.stored("bad").status.unwrap().reason.as_deref(),
         Some("InvalidRepairMetadata")
     );
-    reconcile_job(Arc::new(foreign), ctx.clone()).await.unwrap();
+    reconcile(Arc::new(foreign), ctx.clone()).await.unwrap();
     assert!(
         fake.stored("foreign").status.is_none(),
         "another node's job is untouched"
     );
-    reconcile_job(Arc::new(mislabelled2), ctx.clone())
+    reconcile(Arc::new(mislabelled2), ctx.clone())
         .await
         .unwrap();
     let st = fake.stored("mis2").status.unwrap();
@@ -541,10 +545,10 @@ fn range_stream(name: &str, endpoint: &str, rate: Option<u64>) -> RangeStream {
 
 impl Fake {
     fn put_stream(&self, s: &RangeStream) {
-        self.streams.lock().unwrap().insert(s.name_any(), s.clone());
+        self.put_obj(s)
     }
     fn stream(&self, name: &str) -> RangeStream {
-        self.streams.lock().unwrap()[name].clone()
+        self.obj(name).unwrap()
     }
 }
 
@@ -566,9 +570,7 @@ async fn a_stream_sends_its_range_children_records_verdicts_and_a_replay_publish
     let s = range_stream("s", &format!("127.0.0.1:{}", f.port), None);
     fake.put_stream(&s);
     let before = snapshot(&f.data);
-    let action = reconcile_stream(Arc::new(s.clone()), ctx.clone())
-        .await
-        .unwrap();
+    let action = reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
     assert_eq!(
         action,
         Action::await_change(),
@@ -623,9 +625,7 @@ async fn a_stream_sends_its_range_children_records_verdicts_and_a_replay_publish
     again.metadata.resource_version = fake.stream("s").metadata.resource_version.clone();
     again.status = None;
     fake.put_stream(&again);
-    reconcile_stream(Arc::new(again), ctx.clone())
-        .await
-        .unwrap();
+    reconcile(Arc::new(again), ctx.clone()).await.unwrap();
     let st2 = wait_stream(&fake, "s", Phase::Complete, 60).await;
     let r2 = &st2.stream.as_ref().unwrap().results[0];
     assert!(
@@ -638,7 +638,7 @@ async fn a_stream_sends_its_range_children_records_verdicts_and_a_replay_publish
         .collect();
     assert_eq!(published.len(), 2, "no second child: {published:?}");
     // Deleting the stream forgets its series.
-    forget_stream(&ctx, &s);
+    observe::forget(&ctx, &s);
     assert!(!ctx.metrics.render().contains("cleave_stream_sent_bytes{"));
     let _ = f.stop.send(true);
 }
@@ -682,7 +682,7 @@ async fn an_unreachable_receiver_is_retried_visibly_then_the_stream_fails_unreac
     };
     let s = range_stream("u", &format!("127.0.0.1:{port}"), None);
     fake.put_stream(&s);
-    reconcile_stream(Arc::new(s), ctx.clone()).await.unwrap();
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
     let st = wait_stream(&fake, "u", Phase::Failed, 30).await;
     assert_eq!(st.reason.as_deref(), Some("Unreachable"));
     assert!(
@@ -731,9 +731,7 @@ async fn a_cancelled_stream_stops_mid_send_and_the_receiver_drops_its_staging() 
     // 512 KiB/s: the first child takes seconds.
     let s = range_stream("c", &format!("127.0.0.1:{}", f.port), Some(512 << 10));
     fake.put_stream(&s);
-    reconcile_stream(Arc::new(s.clone()), ctx.clone())
-        .await
-        .unwrap();
+    reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
     let key = key_of(&s);
     // Wait until the receiver stages the first transfer.
     let transfers = f.staging.join("transfers");

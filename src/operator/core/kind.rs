@@ -1,0 +1,113 @@
+//! What a kind brings to the core. Adding a kind is a module that implements [`Kind`] and
+//! one line in `controller::run` and `local::run`; nothing else is written again.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::ctx::Ctx;
+use super::store::Store;
+use crate::operator::crd::JobStatus;
+use crate::operator::decide::TableClaim;
+use crate::reason::Failure;
+
+pub trait Kind:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// The resource's kind, also the `kind` metric label.
+    const KIND: &'static str;
+    /// How long a deletion waits for a running execution to stop before the finalizer
+    /// reports an error (and is retried).
+    const STOP_BUDGET: std::time::Duration = std::time::Duration::from_secs(300);
+
+    fn status(&self) -> Option<&JobStatus>;
+    fn set_status(&mut self, status: Option<JobStatus>);
+    /// The node whose sidecar acts on this resource (`spec.nodeName`, `spec.sourceNode`).
+    /// Every other sidecar ignores it entirely: no status, no finalizer.
+    fn acting_node(&self) -> &str;
+    /// The checks no file is needed for, labels and unknown fields included. An error fails
+    /// the resource before anything runs.
+    fn validate(&self) -> Result<(), Failure>;
+    /// Delete the resource this long after it finished.
+    fn ttl_seconds_after_finished(&self) -> Option<i64> {
+        None
+    }
+    /// The copy rate limit the execution applies (`cleave_throttle_bytes_per_second`).
+    fn rate_limit(&self) -> Option<u64> {
+        None
+    }
+    /// The tables its execution holds: two executions on one table never run side by side.
+    fn tables(&self, default_data_dir: &Path) -> TableClaim;
+    /// The execution, on a task of its own once the lease is taken. It writes its progress
+    /// through `run.lease(...)` and ends with `core::lease::finish`.
+    fn work<S: Store>(
+        self: Arc<Self>,
+        ctx: Arc<Ctx<S>>,
+        run: Run,
+    ) -> impl Future<Output = ()> + Send;
+    /// Deletion, after the core stopped a running execution (`stopped`): removes this node's
+    /// unpublished leftovers. Returns what the `Cleanup` Event says.
+    fn cleanup<S: Store>(
+        self: Arc<Self>,
+        ctx: Arc<Ctx<S>>,
+        stopped: bool,
+    ) -> impl Future<Output = String> + Send;
+}
+
+/// A claimed execution: what the core hands to [`Kind::work`].
+pub struct Run {
+    /// `kind/namespace/name`, the key of `Ctx::runs` and the metrics maps.
+    pub key: String,
+    /// The status the claim wrote.
+    pub claimed: JobStatus,
+    /// Its resourceVersion: the precondition of the run's first status write.
+    pub rv: Option<String>,
+    /// Set to stop after the current sstable (deletion, shutdown, lease lost).
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    Complete,
+    /// A dry run: status says what would be done.
+    Planned,
+    /// Stopped between two sstables (shutdown, deletion, lease lost).
+    Interrupted,
+    Failed(Failure),
+}
+
+impl Ended {
+    /// The `result` label of `cleave_job_duration_seconds`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Ended::Complete => "complete",
+            Ended::Planned => "planned",
+            Ended::Interrupted => "interrupted",
+            Ended::Failed(_) => "failed",
+        }
+    }
+}
+
+/// `kind/namespace/name`: the one key of a resource in this sidecar's maps and logs.
+pub fn key_of<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.meta().namespace.as_deref().unwrap_or_default(),
+        obj.meta().name.as_deref().unwrap_or_default()
+    )
+}
