@@ -445,7 +445,7 @@ fn conventions() {
     use cleave::operator::controller::{remove_finalizer, KubeStore, FINALIZER};
     use cleave::operator::crd::AnticompactionJob;
     use cleave::operator::metrics::Metrics;
-    use cleave::operator::reconcile::{reconcile_job, Ctx};
+    use cleave::operator::core::{reconcile, Ctx};
     use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
     let cluster = Cluster::start();
@@ -605,8 +605,8 @@ fn conventions() {
         let seen = Arc::new(seen);
         let (ra, rb) = rt.block_on(async {
             tokio::join!(
-                reconcile_job(seen.clone(), a.clone()),
-                reconcile_job(seen.clone(), b.clone())
+                reconcile(seen.clone(), a.clone()),
+                reconcile(seen.clone(), b.clone())
             )
         });
         ra.unwrap();
@@ -771,7 +771,7 @@ fn conventions() {
     );
     let log = std::fs::read_to_string(&n1_log).unwrap();
     assert!(
-        log.contains("reconcile_job{kind=\"AnticompactionJob\" namespace=\"default\" name=\"slow\"}: cleave::operator::reconcile: lease taken"),
+        log.contains("reconcile{kind=\"AnticompactionJob\" namespace=\"default\" name=\"slow\"}: cleave::operator::core::lease: lease taken"),
         "a span per reconcile names the job: {log}"
     );
 
