@@ -657,6 +657,13 @@ fn edit_distance(a: &str, b: &str) -> usize {
     d[a.len()][b.len()]
 }
 
+/// The two kinds, for [`admission_rules`].
+#[derive(Clone, Copy)]
+enum Kind {
+    Job,
+    Stream,
+}
+
 /// The schema rules across fields, and what makes the generated schema one a 1.20
 /// apiserver takes, applied to the `openAPIV3Schema` of `kind`:
 /// - no `default` anywhere: serde fills defaults on read, and schemars' defaults for
@@ -676,7 +683,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// (`not: {}`): the apiserver then names the offending field ("spec.pendingRepair must not
 /// validate the schema (not)", "spec.repairedAt: Required value"), where a bare
 /// `oneOf` of two `required` only says "Found 2 valid alternatives".
-pub fn admission_rules(kind: &str, schema: &mut serde_json::Value) {
+fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
     use serde_json::json;
     strip(schema, &["default"]);
     let Some(spec) = schema.pointer_mut("/properties/spec") else {
@@ -686,8 +693,8 @@ pub fn admission_rules(kind: &str, schema: &mut serde_json::Value) {
     spec["x-kubernetes-preserve-unknown-fields"] = json!(true);
     // The spec struct's doc comment (kube's derive leaves the `spec` property without one).
     let doc = match kind {
-        "AnticompactionJob" => type_description::<AnticompactionJobSpec>(),
-        _ => type_description::<RangeStreamSpec>(),
+        Kind::Job => type_description::<AnticompactionJobSpec>(),
+        Kind::Stream => type_description::<RangeStreamSpec>(),
     };
     if spec.get("description").is_none() {
         if let Some(d) = doc {
@@ -695,8 +702,8 @@ pub fn admission_rules(kind: &str, schema: &mut serde_json::Value) {
         }
     }
     let token_lists: &[&str] = match kind {
-        "AnticompactionJob" => &["ranges", "transientRanges"],
-        _ => &["ranges"],
+        Kind::Job => &["ranges", "transientRanges"],
+        Kind::Stream => &["ranges"],
     };
     let tokens = |pattern: &str| {
         let range = json!({"items": {"properties": {
@@ -730,7 +737,7 @@ pub fn admission_rules(kind: &str, schema: &mut serde_json::Value) {
         ),
     ]);
     match kind {
-        "AnticompactionJob" => {
+        Kind::Job => {
             spec["oneOf"] = json!([
                 {"required": ["repairedAt"], "properties": {
                     "pendingRepair": {"not": {}},
@@ -739,7 +746,7 @@ pub fn admission_rules(kind: &str, schema: &mut serde_json::Value) {
                 {"required": ["pendingRepair"], "properties": {"repairedAt": {"not": {}}}},
             ]);
         }
-        _ => {
+        Kind::Stream => {
             let d = &mut spec["properties"]["destination"];
             d["x-kubernetes-preserve-unknown-fields"] = json!(true);
             d["oneOf"] = json!([
@@ -773,12 +780,12 @@ fn strip(v: &mut serde_json::Value, keys: &[&str]) {
     }
 }
 
-/// Both CRDs as `kubectl apply` takes them: kube's derive, then [`admission_rules`].
+/// Both CRDs as `kubectl apply` takes them: kube's derive, then `admission_rules`.
 pub fn crds() -> Result<Vec<serde_json::Value>, serde_json::Error> {
     use kube::CustomResourceExt;
     [
-        ("AnticompactionJob", AnticompactionJob::crd()),
-        ("RangeStream", RangeStream::crd()),
+        (Kind::Job, AnticompactionJob::crd()),
+        (Kind::Stream, RangeStream::crd()),
     ]
     .into_iter()
     .map(|(kind, crd)| {
