@@ -114,10 +114,12 @@ fn operator_end_to_end_on_a_real_apiserver() {
         "  pendingRepair: 6a3f4c2e-1d2b-11ef-9c4e-0242ac120002\n  digest: Combine\n",
     ));
     cluster.apply(&job("other", "n2", "  repairedAt: 1700000000000\n"));
+    // Invalid in a way only the controller sees (the schema refuses both markers, an empty
+    // range list, ...: tests/crd_admission.rs): full and transient ranges overlap.
     cluster.apply(&job(
         "bad",
         "n1",
-        "  repairedAt: 1700000000000\n  pendingRepair: 6a3f4c2e-1d2b-11ef-9c4e-0242ac120002\n",
+        "  pendingRepair: 6a3f4c2e-1d2b-11ef-9c4e-0242ac120002\n  transientRanges:\n    - {start: \"-100\", end: \"100\"}\n",
     ));
     cluster.wait("j1 Complete", Duration::from_secs(120), || {
         cluster
@@ -204,7 +206,7 @@ fn operator_end_to_end_on_a_real_apiserver() {
     });
     assert_eq!(
         cluster.get("anticompactionjob", "bad").unwrap()["status"]["reason"],
-        "InvalidRepairMetadata"
+        "InvalidRange"
     );
     std::thread::sleep(Duration::from_secs(2));
     let other = cluster.get("anticompactionjob", "other").unwrap();
@@ -244,9 +246,10 @@ fn operator_end_to_end_on_a_real_apiserver() {
 
     // RangeStreams: a valid one is executed by its source node (this sidecar has no stream
     // client credentials, so it fails Unauthorized; tests/stream_kube.rs sends for real),
-    // an invalid one fails validation.
+    // an invalid one fails validation (a port the schema's `host:port` pattern admits, but
+    // not a u16).
     cluster.apply("apiVersion: cleave.dev/v1alpha1\nkind: RangeStream\nmetadata:\n  name: rs1\n  namespace: default\nspec:\n  sourceNode: n1\n  destination: {nodeName: n2, endpoint: \"10.0.0.2:9042\"}\n  keyspace: ks\n  ranges:\n    - {start: \"0\", end: \"100\"}\n");
-    cluster.apply("apiVersion: cleave.dev/v1alpha1\nkind: RangeStream\nmetadata:\n  name: rs2\n  namespace: default\nspec:\n  sourceNode: n1\n  destination: {nodeName: n2, endpoint: \"nowhere\"}\n  keyspace: ks\n  ranges:\n    - {start: \"0\", end: \"100\"}\n");
+    cluster.apply("apiVersion: cleave.dev/v1alpha1\nkind: RangeStream\nmetadata:\n  name: rs2\n  namespace: default\nspec:\n  sourceNode: n1\n  destination: {nodeName: n2, endpoint: \"10.0.0.2:99999\"}\n  keyspace: ks\n  ranges:\n    - {start: \"0\", end: \"100\"}\n");
     cluster.wait("rs1 executed", Duration::from_secs(30), || {
         cluster
             .get("rangestream", "rs1")

@@ -295,6 +295,8 @@ fn parallelism_splits_that_many_sstables_at_once() {
         parallelism,
         ttl_seconds_after_finished: None,
         target_cassandra: None,
+        partitioner: None,
+        unknown: Default::default(),
     };
     for (p, want) in [(None, 1), (Some(2), 2)] {
         let mut st = JobStatus::default();

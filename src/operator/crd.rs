@@ -3,17 +3,29 @@
 //! children) and `RangeStream` (send the part of a node's sstables covering some ranges to
 //! another node). Status after batch/v1 Job and cass-operator's CassandraTask.
 
+use std::collections::BTreeMap;
+
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::sstable::Partitioner;
+
 /// `(start, end]`, tokens as decimal strings (Murmur3, Random) or hex (ByteOrdered).
+// No catch-all for unknown fields here: both fields are required, so a misspelt one is
+// refused as missing, and nothing optional can be misspelt.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct TokenRange {
+    /// Exclusive start token: decimal for Murmur3 (signed 64-bit) and Random (0..2^127, or
+    /// -1, its minimum), an even number of hex digits for ByteOrdered (`spec.partitioner`).
+    #[schemars(regex(pattern = TOKEN_ANY))]
     pub start: String,
+    /// Inclusive end token, in the same notation.
+    #[schemars(regex(pattern = TOKEN_ANY))]
     pub end: String,
 }
 
+/// Child Data.db layout (docs/split.md).
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum Layout {
     #[default]
@@ -24,6 +36,7 @@ pub enum Layout {
     Regrid,
 }
 
+/// How each child's `Digest.crc32` is made.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum Digest {
     #[default]
@@ -32,6 +45,7 @@ pub enum Digest {
     Full,
 }
 
+/// Where the children go once checked.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum Publish {
     /// Children next to the parent in a staging area for `nodetool import`; parent kept.
@@ -49,51 +63,93 @@ pub enum Publish {
     namespaced,
     status = "JobStatus",
     shortname = "acj",
+    doc = "Split a node's sstables by the token ranges of a repair into repaired (or pending), transient and unrepaired children, without rewriting rows: the anticompaction Cassandra runs at the start of an incremental repair. Executed by the cleave sidecar of spec.nodeName.",
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress.summary"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.reason"}"#,
+    printcolumn = r#"{"name":"Started","type":"date","jsonPath":".status.startTime"}"#,
+    printcolumn = r#"{"name":"Completed","type":"date","jsonPath":".status.completionTime"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
+/// The desired job: which node, which sstables, which ranges, and how to publish.
 #[serde(rename_all = "camelCase")]
 pub struct AnticompactionJobSpec {
-    /// The node whose cleave sidecar executes this job.
+    /// The node whose cleave executes the job: the pod name (sidecar) or Kubernetes node
+    /// name (DaemonSet). Label the job `cleave.dev/node` with the same value.
+    #[schemars(length(min = 1))]
     pub node_name: String,
-    /// Cassandra data directory on that node (default: the sidecar's `--data-dir`).
+    /// Cassandra data directory on that node, keyspaces are its subdirectories (default:
+    /// the sidecar's `--data-dir`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_directory: Option<String>,
+    /// Keyspace whose tables are split.
+    #[schemars(length(min = 1), regex(pattern = NAME))]
     pub keyspace: String,
-    /// Tables to anticompact; empty = every table of the keyspace.
+    /// Tables to split; empty = every table of the keyspace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1), regex(pattern = NAME)))]
     pub tables: Vec<String>,
-    /// Explicit sstables (Data.db file names); empty = every unrepaired sstable.
+    /// Explicit parents (Data.db file names); empty = every unrepaired sstable.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sstables: Vec<String>,
-    /// Ranges the repair session covered, `(start, end]`.
+    /// Token ranges the repair session covered, `(start, end]`; at least one.
+    #[schemars(length(min = 1))]
     pub ranges: Vec<TokenRange>,
+    /// Ranges this node holds as a transient replica (Cassandra 4.0+): their children get
+    /// `isTransient`. Needs pendingRepair (transient data is never marked repaired).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transient_ranges: Vec<TokenRange>,
-    /// Mark repaired at this time (ms since the epoch). Exactly one of this and pendingRepair.
+    /// The partitioner of the cluster (`Murmur3`, `Random`, `ByteOrdered`; default
+    /// `Murmur3`): the notation the tokens are checked against at admission. The job fails
+    /// (InvalidSpec) when the sstables' own (Statistics.db) is another.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "partitioner_field::deserialize"
+    )]
+    #[schemars(schema_with = "partitioner_field::schema")]
+    pub partitioner: Option<Partitioner>,
+    /// Mark the repaired children repaired at this time (ms since the epoch). Exactly one
+    /// of this and pendingRepair.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub repaired_at: Option<i64>,
-    /// Incremental-repair session the repaired data is pending on (UUID).
+    /// Incremental-repair session (a UUID, `8-4-4-4-12` hex digits) the repaired children
+    /// are pending on. Exactly one of this and repairedAt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = UUID))]
     pub pending_repair: Option<String>,
+    /// Child Data.db layout (docs/split.md): `Aligned` shares all but the boundary chunks,
+    /// `Padded` only for readers without data mmap, `Copy` copies, `Regrid` rewrites the
+    /// chunk grid (no dead prefix), `Auto` (default) picks per child.
     #[serde(default)]
     pub layout: Layout,
+    /// `Digest.crc32` of each child: `Off` (default; none), `Combine` (derived from the
+    /// per-chunk CRCs), `Full` (reads the child).
     #[serde(default)]
     pub digest: Digest,
+    /// `Stage` (default): children in `<table>/cleave-staged/<job>/`, parents kept, for
+    /// `nodetool import`. `Replace`: children replace their parents atomically (Cassandra
+    /// stopped).
     #[serde(default)]
     pub publish: Publish,
+    /// Plan only: status gets the per-parent plan and phase `Planned`; nothing is written.
     #[serde(default)]
     pub dry_run: bool,
-    /// Rate limit for the copy path (bytes/s); sharing is not limited.
+    /// Throttle for copied and re-encoded bytes (bytes/s, at least 1); shared extents are
+    /// not throttled. Unset: unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_bytes_per_second: Option<u64>,
-    /// SSTables split at once (default 1).
+    /// SSTables split at once (at least 1; default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub parallelism: Option<u32>,
-    /// Delete the job this long after it finished.
+    /// Delete the job this many seconds after it finished (Complete, Failed, Planned).
+    /// Unset: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub ttl_seconds_after_finished: Option<i64>,
     /// The Cassandra release that will read the children (`4.1`, `5.0.5`, ...). Unset: the
     /// sidecar's `--cassandra-version`, else unknown, taken as the newest release line:
@@ -101,20 +157,38 @@ pub struct AnticompactionJobSpec {
     /// dead prefix (docs/compatibility.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_cassandra: Option<String>,
+    /// Fields the schema does not know. The CRD keeps them (`x-kubernetes-preserve-unknown-
+    /// fields`) instead of pruning them, so that a misspelt field (`dryrun`) fails the job
+    /// with InvalidSpec instead of being ignored (see `unknown_fields`).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
+/// Where a RangeStream's children go: a receiving cleave, by address or by Service.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Destination {
+    /// The receiving node (as its cleave's `--node`).
+    #[schemars(length(min = 1))]
     pub node_name: String,
-    /// `host:port` of the receiving sidecar.
+    /// `host:port` of the receiving cleave (its `--stream-addr`). Exactly one of this and
+    /// service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = HOST_PORT))]
     pub endpoint: Option<String>,
-    /// Or a Service (`name` or `name.namespace`) in front of it.
+    /// Or a Service in front of the receivers (`name` or `name.namespace`), e.g. the
+    /// chart's `<release>-stream`. Exactly one of this and endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub service: Option<String>,
+    /// Fields the schema does not know, kept to be refused (see `AnticompactionJobSpec::unknown`).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
+/// What the receiver does with the checked children.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum Import {
     /// Leave received sstables in the receiver's staging directory.
@@ -134,23 +208,53 @@ pub enum Import {
     namespaced,
     status = "JobStatus",
     shortname = "rs",
+    doc = "Send the part of a node's sstables covering some token ranges to another node's cleave, as ready-made sstables the receiver checks and publishes. Executed by the cleave sidecar of spec.sourceNode.",
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.sourceNode"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress.summary"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.reason"}"#,
+    printcolumn = r#"{"name":"Started","type":"date","jsonPath":".status.startTime"}"#,
+    printcolumn = r#"{"name":"Completed","type":"date","jsonPath":".status.completionTime"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
+/// The desired stream: from which node, to which receiver, which ranges.
 #[serde(rename_all = "camelCase")]
 pub struct RangeStreamSpec {
+    /// The node whose cleave sends (label `cleave.dev/node` with the same value).
+    #[schemars(length(min = 1))]
     pub source_node: String,
+    /// Where the children go.
     pub destination: Destination,
+    /// Keyspace to send.
+    #[schemars(length(min = 1), regex(pattern = NAME))]
     pub keyspace: String,
+    /// Tables to send; empty = every table of the keyspace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1), regex(pattern = NAME)))]
     pub tables: Vec<String>,
+    /// Token ranges to send, `(start, end]`; at least one.
+    #[schemars(length(min = 1))]
     pub ranges: Vec<TokenRange>,
+    /// The partitioner of the cluster (`Murmur3`, `Random`, `ByteOrdered`; default
+    /// `Murmur3`): the notation the tokens are checked against at admission. The stream
+    /// fails (InvalidSpec) when the sstables' own is another.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "partitioner_field::deserialize"
+    )]
+    #[schemars(schema_with = "partitioner_field::schema")]
+    pub partitioner: Option<Partitioner>,
+    /// Child Data.db layout, as AnticompactionJob.spec.layout (default `Auto`).
     #[serde(default)]
     pub layout: Layout,
+    /// Throttle on bytes sent (bytes/s, at least 1). Unset: unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_bytes_per_second: Option<u64>,
+    /// What the receiver does with the checked children: `None` (default; receiver
+    /// staging), `Staging` (the table's staging directory), `Import` (runs its
+    /// `--stream-import-command`).
     #[serde(default)]
     pub import: Import,
     /// The Cassandra release that will read the children (`4.1`, `5.0.5`, ...). Unset:
@@ -159,32 +263,48 @@ pub struct RangeStreamSpec {
     /// dead prefix (docs/compatibility.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_cassandra: Option<String>,
+    /// Fields the schema does not know, kept to be refused (see `AnticompactionJobSpec::unknown`).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 /// metav1.Condition.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
+    /// Condition type: Accepted, Running, Retrying, Planned, Complete, Failed.
     #[serde(rename = "type")]
     pub type_: String,
     /// True, False or Unknown.
     pub status: String,
+    /// The `metadata.generation` the condition was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// When `status` last changed (RFC 3339).
     pub last_transition_time: String,
+    /// CamelCase reason: a failure reason (docs/runbook.md), or Started, Resumed, ...
     pub reason: String,
+    /// Human-readable detail; never empty (falls back to the reason).
     pub message: String,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Progress {
+    /// Parents to process.
     pub sstables_total: u64,
+    /// Parents finished.
     pub sstables_done: u64,
+    /// Bytes of the planned children.
     pub bytes_planned: u64,
+    /// Bytes shared with the parents by reflink.
     pub bytes_shared: u64,
+    /// Bytes copied because they could not be shared.
     pub bytes_copied: u64,
+    /// Bytes of re-encoded boundary chunks (and regridded children).
     pub bytes_reencoded: u64,
+    /// Partitions written to children.
     pub partitions: u64,
     /// "done/total" for the printer column. Never sent empty: a 1.20 apiserver's
     /// server-side apply turns "" into null and then rejects it as not a string.
@@ -192,18 +312,27 @@ pub struct Progress {
     pub summary: String,
 }
 
+/// One finished parent of a job: the resume checkpoint.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SSTableResult {
+    /// The parent Data.db.
     pub parent: String,
+    /// Paths of the children (Data.db).
     pub children: Vec<String>,
+    /// Layout used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layout: Option<String>,
+    /// Why a child used another layout than planned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback_reason: Option<String>,
+    /// Bytes shared with this parent by reflink.
     pub bytes_shared: u64,
+    /// Bytes copied for this parent.
     pub bytes_copied: u64,
+    /// Bytes re-encoded for this parent.
     pub bytes_reencoded: u64,
+    /// Partitions of this parent.
     pub partitions: u64,
 }
 
@@ -211,32 +340,46 @@ pub struct SSTableResult {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Worker {
+    /// `<node>/<pid>/<start time>` of the worker.
     pub identity: String,
+    /// Last heartbeat (RFC 3339; every 10 s while running).
     pub heartbeat_time: String,
 }
 
+/// Written by cleave (status subresource, server-side apply), after batch/v1 Job.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobStatus {
+    /// Pending → Running → Complete or Failed; Planned after a dry run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<super::status::Phase>,
+    /// metav1.Condition list-map keyed by `type`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// Reason of the failure (docs/runbook.md), also the Failed condition's reason and the
+    /// metric label.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Message of the last failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The `metadata.generation` the status was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// When a worker first started the job (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<String>,
+    /// When the job finished (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<String>,
+    /// Counters, updated after each sstable.
     #[serde(default)]
     pub progress: Progress,
+    /// One entry per finished parent: the resume checkpoint.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub results: Vec<SSTableResult>,
+    /// The lease: who runs the job. A worker whose heartbeat is older than 30 s loses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<Worker>,
     /// RangeStream only: bytes, throughput and the receiver's verdict per child.
@@ -258,7 +401,9 @@ pub struct StreamStatus {
     pub bytes_sent: u64,
     /// Average bytes/s of this worker's sending so far.
     pub throughput: u64,
+    /// Children planned: one per contiguous run of a parent in the ranges.
     pub children_total: u64,
+    /// Children the receiver checked and published.
     pub children_done: u64,
     /// Failed attempts retried so far (see the `Retrying` condition).
     pub retries: u64,
@@ -277,13 +422,17 @@ pub struct StreamStatus {
     pub results: Vec<StreamSSTableResult>,
 }
 
+/// One parent of a RangeStream, in send order.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamSSTableResult {
     /// The parent's Data.db file name (`<keyspace>/<table dir>/` on the source).
     pub parent: String,
+    /// The parent's table.
     pub table: String,
+    /// Partitions of the parent.
     pub partitions: u64,
+    /// Partitions of the parent in the ranges (the children's sum).
     pub partitions_in_ranges: u64,
     /// One per contiguous run of the parent in the ranges (none: nothing in the ranges).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -298,7 +447,9 @@ pub struct StreamChildResult {
     pub transfer: String,
     /// The receiver checked and published the child.
     pub ok: bool,
+    /// Partitions of the child, as the receiver counted them.
     pub partitions: u64,
+    /// Bytes of the child (all files).
     pub bytes: u64,
     /// Body bytes this sidecar sent for it (0 when the receiver had it already).
     pub bytes_sent: u64,
@@ -308,26 +459,343 @@ pub struct StreamChildResult {
     /// count:xor:sum of the Murmur3 of every key, as the receiver re-read them.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub fingerprint: String,
+    /// Compressed chunks (or CRC.db blocks) whose CRC the receiver checked.
     pub chunks_checked: u64,
     /// The receiver had published this transfer before: nothing was sent again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
 }
 
-/// Removes every `default` from a schema: serde fills defaults on read, and schemars'
-/// defaults for optional and enum fields are not always valid structural defaults (a real
-/// 1.20 apiserver rejects them).
-fn strip_defaults(v: &mut serde_json::Value) {
+// The admission rules a kube-apiserver 1.20 enforces (structural schemas, no CEL). Field
+// rules sit on the fields above (`#[schemars(...)]`); rules across fields are added to the
+// generated CRD by `admission_rules`, after kube's structural rewrite (which would hoist the
+// properties of an `anyOf`/`oneOf` into the object).
+
+/// Any token of any partitioner (the per-family rules are in `admission_rules`), so that a
+/// word such as `abc` is refused with a message naming the field.
+pub const TOKEN_ANY: &str = "^(-?[0-9]+|([0-9a-fA-F]{2})*)$";
+/// `Murmur3Partitioner`: a signed 64-bit decimal (`LongToken`).
+pub const TOKEN_MURMUR3: &str = "^-?[0-9]{1,19}$";
+/// `RandomPartitioner`: a decimal 0..=2^127 (`BigIntegerToken`), or -1, its minimum.
+pub const TOKEN_RANDOM: &str = "^(-1|[0-9]{1,39})$";
+/// `ByteOrderedPartitioner`: the key bytes in hex (`BytesToken`, `Hex.bytesToHex`).
+pub const TOKEN_BYTE_ORDERED: &str = "^([0-9a-fA-F]{2})*$";
+/// A `TimeUUID` as Cassandra prints it (`UUID.toString`: 8-4-4-4-12 hex digits).
+pub const UUID: &str =
+    "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+/// A keyspace or table name: it becomes a directory name.
+pub const NAME: &str = "^[^/]+$";
+/// `host:port` (the port at most 5 digits; cleave checks it is a u16).
+pub const HOST_PORT: &str = "^.+:[0-9]{1,5}$";
+
+/// `spec.partitioner`: the engine's own `Partitioner` (one type from CRD to engine), by
+/// its short name, as the schema's enum spells it.
+mod partitioner_field {
+    use super::Partitioner;
+    use serde::{Deserialize, Deserializer};
+
+    pub const NAMES: [(&str, Partitioner); 3] = [
+        ("Murmur3", Partitioner::Murmur3),
+        ("Random", Partitioner::Random),
+        ("ByteOrdered", Partitioner::ByteOrdered),
+    ];
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Partitioner>, D::Error> {
+        let Some(name) = Option::<String>::deserialize(d)? else {
+            return Ok(None);
+        };
+        NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, p)| Some(*p))
+            .ok_or_else(|| {
+                serde::de::Error::unknown_variant(&name, &["Murmur3", "Random", "ByteOrdered"])
+            })
+    }
+
+    pub fn schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "enum": NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// The names the schema knows for the fields of `T` (its `properties`).
+fn known_fields<T: JsonSchema>() -> Vec<String> {
+    let schema = schemars::SchemaGenerator::default().into_root_schema_for::<T>();
+    schema
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// `prefix.field` for every field in `unknown`, with the known field spelt closest to it.
+fn describe_unknown<T: JsonSchema>(
+    prefix: &str,
+    unknown: &BTreeMap<String, serde_json::Value>,
+) -> Vec<UnknownField> {
+    if unknown.is_empty() {
+        return Vec::new();
+    }
+    let known = known_fields::<T>();
+    unknown
+        .keys()
+        .map(|k| UnknownField {
+            path: format!("{prefix}.{k}"),
+            did_you_mean: closest_field(k, &known).map(|c| format!("{prefix}.{c}")),
+        })
+        .collect()
+}
+
+/// A field of a spec that the schema does not know (kept by the apiserver, see
+/// `AnticompactionJobSpec::unknown`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownField {
+    /// `spec.dryrun`, `spec.destination.nodname`.
+    pub path: String,
+    /// The known field spelt closest to it (`spec.dryRun`), if one is close.
+    pub did_you_mean: Option<String>,
+}
+
+impl std::fmt::Display for UnknownField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.did_you_mean {
+            Some(k) => write!(f, "{} is not a field (did you mean {k}?)", self.path),
+            None => write!(f, "{} is not a field", self.path),
+        }
+    }
+}
+
+impl AnticompactionJobSpec {
+    /// The paths of the fields the schema does not know (`spec.dryrun`), sorted.
+    pub fn unknown_fields(&self) -> Vec<String> {
+        self.unknown_fields_explained()
+            .into_iter()
+            .map(|u| u.path)
+            .collect()
+    }
+
+    /// [`Self::unknown_fields`], each with the known field spelt closest to it.
+    pub fn unknown_fields_explained(&self) -> Vec<UnknownField> {
+        describe_unknown::<AnticompactionJobSpec>("spec", &self.unknown)
+    }
+
+    /// The partitioner the tokens are written for: `spec.partitioner`, default Murmur3
+    /// (Cassandra's default since 1.2, `cassandra.yaml` `partitioner`).
+    pub fn partitioner(&self) -> Partitioner {
+        self.partitioner.unwrap_or(Partitioner::Murmur3)
+    }
+}
+
+impl RangeStreamSpec {
+    /// The paths of the fields the schema does not know (`spec.dryrun`,
+    /// `spec.destination.nodname`), sorted within each object.
+    pub fn unknown_fields(&self) -> Vec<String> {
+        self.unknown_fields_explained()
+            .into_iter()
+            .map(|u| u.path)
+            .collect()
+    }
+
+    /// [`Self::unknown_fields`], each with the known field spelt closest to it.
+    pub fn unknown_fields_explained(&self) -> Vec<UnknownField> {
+        let mut v = describe_unknown::<RangeStreamSpec>("spec", &self.unknown);
+        v.extend(describe_unknown::<Destination>(
+            "spec.destination",
+            &self.destination.unknown,
+        ));
+        v
+    }
+
+    /// As [`AnticompactionJobSpec::partitioner`].
+    pub fn partitioner(&self) -> Partitioner {
+        self.partitioner.unwrap_or(Partitioner::Murmur3)
+    }
+}
+
+/// The field of `known` spelt closest to `name`: the same letters in another case
+/// (`dryrun` → `dryRun`), else the one at the smallest edit distance when that is at most
+/// a third of the name's length (one typo in a short name, two in a long one). `None`
+/// when nothing is that close.
+pub fn closest_field<'a>(name: &str, known: &'a [String]) -> Option<&'a str> {
+    if let Some(k) = known.iter().find(|k| k.eq_ignore_ascii_case(name)) {
+        return Some(k);
+    }
+    let lower = name.to_ascii_lowercase();
+    known
+        .iter()
+        .map(|k| (edit_distance(&lower, &k.to_ascii_lowercase()), k))
+        .filter(|(d, _)| *d <= (name.chars().count() / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k.as_str())
+}
+
+/// Levenshtein distance, with a swap of two neighbours counting as one edit (optimal
+/// string alignment): `nodname` → `nodeName` is 1, `ednpoint` → `endpoint` is 1.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    d[0] = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// The two kinds, for [`admission_rules`].
+#[derive(Clone, Copy)]
+enum Kind {
+    Job,
+    Stream,
+}
+
+/// The schema rules across fields, and what makes the generated schema one a 1.20
+/// apiserver takes, applied to the `openAPIV3Schema` of `kind`:
+/// - no `default` anywhere: serde fills defaults on read, and schemars' defaults for
+///   optional and enum fields are not always valid structural defaults (a real 1.20
+///   apiserver rejects them);
+/// - in `spec`: no `nullable` (the apiserver then prunes an explicit `null`, so
+///   `repairedAt: null` counts as absent in the rules below), no `additionalProperties`
+///   (structural schemas forbid it beside `properties`), and
+///   `x-kubernetes-preserve-unknown-fields` on `spec` and `spec.destination`, so that a
+///   misspelt field is kept to be refused instead of pruned;
+/// - the tokens of `ranges` (and `transientRanges`) in the notation of `spec.partitioner`
+///   (absent: Murmur3), one implication per family;
+/// - exactly one of `repairedAt` and `pendingRepair`, `transientRanges` only with
+///   `pendingRepair`; exactly one of `destination.endpoint` and `destination.service`.
+///
+/// The exclusive-or rules are `oneOf` of two branches that each forbid the other field
+/// (`not: {}`): the apiserver then names the offending field ("spec.pendingRepair must not
+/// validate the schema (not)", "spec.repairedAt: Required value"), where a bare
+/// `oneOf` of two `required` only says "Found 2 valid alternatives".
+fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
+    use serde_json::json;
+    strip(schema, &["default"]);
+    let Some(spec) = schema.pointer_mut("/properties/spec") else {
+        return;
+    };
+    strip(spec, &["nullable", "additionalProperties"]);
+    spec["x-kubernetes-preserve-unknown-fields"] = json!(true);
+    // The spec struct's doc comment (kube's derive leaves the `spec` property without one).
+    let doc = match kind {
+        Kind::Job => type_description::<AnticompactionJobSpec>(),
+        Kind::Stream => type_description::<RangeStreamSpec>(),
+    };
+    if spec.get("description").is_none() {
+        if let Some(d) = doc {
+            spec["description"] = json!(d);
+        }
+    }
+    let token_lists: &[&str] = match kind {
+        Kind::Job => &["ranges", "transientRanges"],
+        Kind::Stream => &["ranges"],
+    };
+    let tokens = |pattern: &str| {
+        let range = json!({"items": {"properties": {
+            "start": {"pattern": pattern},
+            "end": {"pattern": pattern},
+        }}});
+        let props: serde_json::Map<String, serde_json::Value> = token_lists
+            .iter()
+            .map(|l| (l.to_string(), range.clone()))
+            .collect();
+        json!({ "properties": props })
+    };
+    // "partitioner is F ⇒ tokens in F's notation", as "tokens in F's notation, or
+    // partitioner is another". The token branch comes first: the apiserver reports the
+    // failing branch with the most passing checks, the first on a tie, and that is the
+    // one whose message names the token.
+    let family =
+        |pattern: &str, other: serde_json::Value| json!({"anyOf": [tokens(pattern), other]});
+    spec["allOf"] = json!([
+        family(
+            TOKEN_MURMUR3,
+            json!({"required": ["partitioner"], "properties": {"partitioner": {"enum": ["Random", "ByteOrdered"]}}})
+        ),
+        family(
+            TOKEN_RANDOM,
+            json!({"properties": {"partitioner": {"enum": ["Murmur3", "ByteOrdered"]}}})
+        ),
+        family(
+            TOKEN_BYTE_ORDERED,
+            json!({"properties": {"partitioner": {"enum": ["Murmur3", "Random"]}}})
+        ),
+    ]);
+    match kind {
+        Kind::Job => {
+            spec["oneOf"] = json!([
+                {"required": ["repairedAt"], "properties": {
+                    "pendingRepair": {"not": {}},
+                    "transientRanges": {"maxItems": 0},
+                }},
+                {"required": ["pendingRepair"], "properties": {"repairedAt": {"not": {}}}},
+            ]);
+        }
+        Kind::Stream => {
+            let d = &mut spec["properties"]["destination"];
+            d["x-kubernetes-preserve-unknown-fields"] = json!(true);
+            d["oneOf"] = json!([
+                {"required": ["endpoint"], "properties": {"service": {"not": {}}}},
+                {"required": ["service"], "properties": {"endpoint": {"not": {}}}},
+            ]);
+        }
+    }
+}
+
+/// The description schemars takes from `T`'s doc comment.
+fn type_description<T: JsonSchema>() -> Option<String> {
+    let schema = schemars::SchemaGenerator::default().into_root_schema_for::<T>();
+    schema
+        .get("description")
+        .and_then(|d| d.as_str())
+        .map(str::to_string)
+}
+
+/// Removes every key in `keys` from every object in `v`.
+fn strip(v: &mut serde_json::Value, keys: &[&str]) {
     match v {
         serde_json::Value::Object(m) => {
-            m.remove("default");
-            for (_, x) in m.iter_mut() {
-                strip_defaults(x);
+            for k in keys {
+                m.remove(*k);
             }
+            m.values_mut().for_each(|x| strip(x, keys));
         }
-        serde_json::Value::Array(a) => a.iter_mut().for_each(strip_defaults),
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|x| strip(x, keys)),
         _ => {}
     }
+}
+
+/// Both CRDs as `kubectl apply` takes them: kube's derive, then `admission_rules`.
+pub fn crds() -> Result<Vec<serde_json::Value>, serde_json::Error> {
+    use kube::CustomResourceExt;
+    [
+        (Kind::Job, AnticompactionJob::crd()),
+        (Kind::Stream, RangeStream::crd()),
+    ]
+    .into_iter()
+    .map(|(kind, crd)| {
+        let mut v = serde_json::to_value(&crd)?;
+        for version in v["spec"]["versions"].as_array_mut().into_iter().flatten() {
+            admission_rules(kind, &mut version["schema"]["openAPIV3Schema"]);
+        }
+        Ok(v)
+    })
+    .collect()
 }
 
 /// Both CRDs as YAML documents, as `cleave crd` prints them and `crds/` holds them.
@@ -335,16 +803,126 @@ fn strip_defaults(v: &mut serde_json::Value) {
 /// reader such as kubectl would take for something else, e.g. the enum value `Off`
 /// (a boolean to YAML 1.1).
 pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
-    use kube::CustomResourceExt;
     let mut out = String::new();
-    for crd in [AnticompactionJob::crd(), RangeStream::crd()] {
-        let mut v = serde_json::to_value(&crd)
-            .map_err(<serde_saphyr::SerializeError as serde::ser::Error>::custom)?;
-        for version in v["spec"]["versions"].as_array_mut().into_iter().flatten() {
-            strip_defaults(&mut version["schema"]["openAPIV3Schema"]);
-        }
+    for v in crds().map_err(<serde_saphyr::SerializeError as serde::ser::Error>::custom)? {
         out.push_str("---\n");
         out.push_str(&serde_saphyr::to_string(&v)?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn the_closest_known_field_is_suggested() {
+        let known = known_fields::<AnticompactionJobSpec>();
+        assert!(known.iter().any(|k| k == "dryRun") && !known.iter().any(|k| k == "unknown"));
+        let c = |n: &str| closest_field(n, &known);
+        assert_eq!(c("dryrun"), Some("dryRun"));
+        assert_eq!(c("DRYRUN"), Some("dryRun"));
+        assert_eq!(c("nodname"), Some("nodeName"));
+        assert_eq!(c("keyspcae"), Some("keyspace"));
+        assert_eq!(c("paralelism"), Some("parallelism"));
+        assert_eq!(c("repaired_at"), Some("repairedAt"));
+        assert_eq!(c("maxBytesPerSec"), Some("maxBytesPerSecond"));
+        assert_eq!(c("throttle"), None, "nothing close: no guess");
+        assert_eq!(c("x"), None);
+        assert_eq!(c("colour"), None);
+    }
+
+    #[test]
+    fn unknown_fields_are_kept_and_named_with_their_path() {
+        let j: AnticompactionJobSpec = serde_json::from_value(json!({
+            "nodeName": "n1", "keyspace": "ks", "ranges": [{"start": "0", "end": "1"}],
+            "repairedAt": 1, "dryrun": true, "partitioner": "Random",
+        }))
+        .unwrap();
+        assert_eq!(j.unknown_fields(), ["spec.dryrun"]);
+        assert_eq!(j.partitioner(), Partitioner::Random);
+        // Kept on the way back out, too (local mode rewrites manifests with their status).
+        assert_eq!(serde_json::to_value(&j).unwrap()["dryrun"], json!(true));
+        let s: RangeStreamSpec = serde_saphyr::from_str(
+            "sourceNode: n1\nkeyspace: ks\nranges: [{start: \"0\", end: \"1\"}]\n\
+             destination: {nodeName: n2, service: s, nodname: n3}\nimprot: Staging\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.unknown_fields(),
+            ["spec.improt", "spec.destination.nodname"]
+        );
+        assert_eq!(
+            s.unknown_fields_explained()[0].did_you_mean.as_deref(),
+            Some("spec.import")
+        );
+        assert_eq!(s.partitioner(), Partitioner::Murmur3, "the default");
+        let bad = serde_json::from_value::<AnticompactionJobSpec>(json!({
+            "nodeName": "n1", "keyspace": "ks", "ranges": [], "partitioner": "murmur3",
+        }));
+        assert!(bad.is_err(), "only the schema's enum values");
+    }
+
+    /// Every property of `v` (at `path`) and below has a description; no `nullable` or
+    /// `additionalProperties` in a spec.
+    fn check(v: &Value, path: &str, in_spec: bool, bad: &mut Vec<String>) {
+        if in_spec && (v.get("nullable").is_some() || v.get("additionalProperties").is_some()) {
+            bad.push(format!("{path}: nullable/additionalProperties"));
+        }
+        let props = v
+            .get("properties")
+            .or_else(|| v.pointer("/items/properties"));
+        for (k, p) in props.and_then(Value::as_object).into_iter().flatten() {
+            let sub = format!("{path}.{k}");
+            if p["description"]
+                .as_str()
+                .is_none_or(|d| d.trim().is_empty())
+            {
+                bad.push(format!("{sub}: no description"));
+            }
+            check(p, &sub, in_spec || sub == ".spec", bad);
+        }
+    }
+
+    #[test]
+    fn the_crds_describe_every_field_and_keep_unknown_spec_fields() {
+        let crds = crds().unwrap();
+        assert_eq!(crds.len(), 2);
+        for crd in &crds {
+            let v = &crd["spec"]["versions"][0];
+            let schema = &v["schema"]["openAPIV3Schema"];
+            let mut bad = Vec::new();
+            check(schema, "", false, &mut bad);
+            assert!(bad.is_empty(), "{bad:?}");
+            let text = serde_json::to_string(crd).unwrap();
+            assert!(!text.contains("Auto-generated"), "kube-derive boilerplate");
+            assert!(!text.contains("\"default\""), "no defaults");
+            let spec = &schema["properties"]["spec"];
+            assert_eq!(spec["x-kubernetes-preserve-unknown-fields"], json!(true));
+            assert_eq!(spec["properties"]["ranges"]["minItems"], json!(1));
+            let columns: Vec<&str> = v["additionalPrinterColumns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["name"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                columns,
+                [
+                    "Node",
+                    "Phase",
+                    "Progress",
+                    "Reason",
+                    "Started",
+                    "Completed",
+                    "Age"
+                ]
+            );
+        }
+        let dest = &crds[1]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+            ["spec"]["properties"]["destination"];
+        assert_eq!(dest["x-kubernetes-preserve-unknown-fields"], json!(true));
+        assert!(dest["oneOf"].is_array());
+    }
 }

@@ -303,6 +303,81 @@ pub fn check_node_label(
     }
 }
 
+/// `spec.partitioner` (absent: Murmur3, Cassandra's default) against the partitioner the
+/// sstables record in Statistics.db (`ValidationMetadata.partitioner`). The schema checks
+/// the tokens' notation against `spec.partitioner` at admission; this catches a spec that
+/// names the wrong one (its tokens would mean other keys). Fail with `InvalidSpec`.
+pub fn check_partitioner(
+    spec_value: Option<Partitioner>,
+    sstable_partitioner: Partitioner,
+) -> Result<(), String> {
+    let spec = spec_value.unwrap_or(Partitioner::Murmur3);
+    if spec == sstable_partitioner {
+        return Ok(());
+    }
+    let short = |p: Partitioner| format!("{p:?}");
+    Err(format!(
+        "spec.partitioner is {}{} but the sstables were written by {}: set spec.partitioner: {} \
+         (and its token notation)",
+        short(spec),
+        if spec_value.is_none() {
+            " (the default)"
+        } else {
+            ""
+        },
+        sstable_partitioner.class_name(),
+        short(sstable_partitioner),
+    ))
+}
+
+/// The fields of a spec the schema does not know, as one message (`spec.dryrun is not a
+/// field (did you mean spec.dryRun?)`), or `Ok` when there are none. The CRD keeps unknown
+/// fields so that they reach this check: a misspelt `dryRun` must not make a dry run
+/// real. Fail with `InvalidSpec`.
+pub fn check_unknown_fields(
+    kind: &str,
+    unknown: &[super::crd::UnknownField],
+) -> Result<(), String> {
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = unknown.iter().map(|u| u.to_string()).collect();
+    Err(format!(
+        "{}; a {kind} refuses fields it does not know instead of ignoring them",
+        list.join("; ")
+    ))
+}
+
+/// What the CRD schema refuses at admission and [`validate_spec`] does not check, for
+/// manifests that reach cleave without an apiserver (`cleave run --local`): unknown fields
+/// and `maxBytesPerSecond: 0` (it would throttle to nothing; unset is unlimited). Fail with
+/// `InvalidSpec`.
+pub fn check_schema_rules_job(spec: &AnticompactionJobSpec) -> Result<(), String> {
+    check_unknown_fields("AnticompactionJob", &spec.unknown_fields_explained())?;
+    check_rate(spec.max_bytes_per_second)
+}
+
+/// [`check_schema_rules_job`] for a RangeStream, plus `endpoint` and `service` both set
+/// ([`validate_stream`] refuses neither, the schema refuses both).
+pub fn check_schema_rules_stream(spec: &RangeStreamSpec) -> Result<(), String> {
+    check_unknown_fields("RangeStream", &spec.unknown_fields_explained())?;
+    check_rate(spec.max_bytes_per_second)?;
+    if spec.destination.endpoint.is_some() && spec.destination.service.is_some() {
+        return Err("spec.destination has both endpoint and service: set exactly one".to_string());
+    }
+    Ok(())
+}
+
+fn check_rate(max_bytes_per_second: Option<u64>) -> Result<(), String> {
+    match max_bytes_per_second {
+        Some(0) => Err(
+            "spec.maxBytesPerSecond is 0: it must be at least 1 (leave it unset for no limit)"
+                .to_string(),
+        ),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::crd::{TokenRange as R, Worker};
@@ -330,6 +405,8 @@ mod tests {
             parallelism: None,
             ttl_seconds_after_finished: None,
             target_cassandra: None,
+            partitioner: None,
+            unknown: Default::default(),
         }
     }
 
@@ -468,5 +545,61 @@ mod tests {
         assert!(check_node_label(&l, &spec()).is_ok());
         l.insert(NODE_LABEL.to_string(), "n2".to_string());
         assert!(check_node_label(&l, &spec()).is_err());
+    }
+
+    #[test]
+    fn the_partitioner_of_the_spec_must_be_the_sstables() {
+        assert!(check_partitioner(None, Partitioner::Murmur3).is_ok());
+        assert!(check_partitioner(Some(Partitioner::Random), Partitioner::Random).is_ok());
+        let e = check_partitioner(None, Partitioner::ByteOrdered).unwrap_err();
+        assert!(
+            e.contains("Murmur3 (the default)")
+                && e.contains("org.apache.cassandra.dht.ByteOrderedPartitioner")
+                && e.contains("spec.partitioner: ByteOrdered"),
+            "{e}"
+        );
+        assert!(check_partitioner(Some(Partitioner::Murmur3), Partitioner::Random).is_err());
+    }
+
+    #[test]
+    fn a_misspelt_field_is_refused_with_the_field_it_resembles() {
+        let j: AnticompactionJobSpec = serde_json::from_value(serde_json::json!({
+            "nodeName": "n1", "keyspace": "ks", "ranges": [{"start": "0", "end": "1"}],
+            "repairedAt": 1, "dryrun": true,
+        }))
+        .unwrap();
+        assert!(!j.dry_run, "the typo is not taken for dryRun");
+        let e = check_schema_rules_job(&j).unwrap_err();
+        assert!(
+            e.contains("spec.dryrun is not a field (did you mean spec.dryRun?)"),
+            "{e}"
+        );
+        assert!(check_schema_rules_job(&spec()).is_ok());
+        let mut zero = spec();
+        zero.max_bytes_per_second = Some(0);
+        assert!(check_schema_rules_job(&zero)
+            .unwrap_err()
+            .contains("maxBytesPerSecond"));
+
+        let s: RangeStreamSpec = serde_json::from_value(serde_json::json!({
+            "sourceNode": "n1", "keyspace": "ks", "ranges": [{"start": "0", "end": "1"}],
+            "destination": {"nodeName": "n2", "endpoint": "h:1", "service": "s"},
+        }))
+        .unwrap();
+        assert!(check_schema_rules_stream(&s)
+            .unwrap_err()
+            .contains("both endpoint and service"));
+        let s: RangeStreamSpec = serde_json::from_value(serde_json::json!({
+            "sourceNode": "n1", "keyspace": "ks", "ranges": [{"start": "0", "end": "1"}],
+            "destination": {"nodeName": "n2", "service": "s", "nodname": "n3"},
+        }))
+        .unwrap();
+        let e = check_schema_rules_stream(&s).unwrap_err();
+        assert!(
+            e.contains(
+                "spec.destination.nodname is not a field (did you mean spec.destination.nodeName?)"
+            ),
+            "{e}"
+        );
     }
 }

@@ -671,6 +671,7 @@ mod tests {
             node_name: "n2".into(),
             endpoint: endpoint.map(str::to_string),
             service: service.map(str::to_string),
+            unknown: Default::default(),
         }
     }
 

@@ -145,6 +145,8 @@ impl JobBuilder {
             parallelism: None,
             ttl_seconds_after_finished: None,
             target_cassandra: None,
+            partitioner: None,
+            unknown: Default::default(),
         };
         let mut j = AnticompactionJob::new(name, spec);
         j.metadata.namespace = Some("default".into());
@@ -517,6 +519,7 @@ fn range_stream(name: &str, endpoint: &str, rate: Option<u64>) -> RangeStream {
                 node_name: "n2".into(),
                 endpoint: Some(endpoint.into()),
                 service: None,
+                unknown: Default::default(),
             },
             keyspace: "ks".into(),
             tables: vec!["t".into()],
@@ -534,6 +537,8 @@ fn range_stream(name: &str, endpoint: &str, rate: Option<u64>) -> RangeStream {
             max_bytes_per_second: rate,
             import: Default::default(),
             target_cassandra: None,
+            partitioner: None,
+            unknown: Default::default(),
         },
     );
     s.metadata.namespace = Some("default".into());
