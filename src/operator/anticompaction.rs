@@ -33,6 +33,9 @@ impl Kind for AnticompactionJob {
     }
 
     fn validate(&self) -> Result<(), Failure> {
+        // Unknown fields first: a misspelt `dryRun` must never let a job run for real.
+        decide::check_schema_rules_job(&self.spec)
+            .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
         decide::check_node_label(self.labels(), &self.spec)?;
         decide::validate_spec(&self.spec)
     }

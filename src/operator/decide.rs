@@ -303,7 +303,7 @@ pub fn check_node_label(
     }
 }
 
-/// `spec.partitioner` (absent: Murmur3, Cassandra's default) against the partitioner the
+/// `spec.partitioner` (absent: Murmur3 or Random, the decimal notation) against the partitioner the
 /// sstables record in Statistics.db (`ValidationMetadata.partitioner`). The schema checks
 /// the tokens' notation against `spec.partitioner` at admission; this catches a spec that
 /// names the wrong one (its tokens would mean other keys). Fail with `InvalidSpec`.
@@ -312,7 +312,10 @@ pub fn check_partitioner(
     sstable_partitioner: Partitioner,
 ) -> Result<(), String> {
     let spec = spec_value.unwrap_or(Partitioner::Murmur3);
-    if spec == sstable_partitioner {
+    // Absent, the tokens were admitted in decimal notation, which Random shares with
+    // Murmur3: they mean what the sstables' partitioner says they mean.
+    let same_notation = spec_value.is_none() && sstable_partitioner == Partitioner::Random;
+    if spec == sstable_partitioner || same_notation {
         return Ok(());
     }
     let short = |p: Partitioner| format!("{p:?}");
@@ -559,6 +562,7 @@ mod tests {
             "{e}"
         );
         assert!(check_partitioner(Some(Partitioner::Murmur3), Partitioner::Random).is_err());
+        assert!(check_partitioner(None, Partitioner::Random).is_ok());
     }
 
     #[test]

@@ -388,6 +388,8 @@ fn split_one(
     // Locked before the parent is opened, held until its children are published.
     let lock = split::lock(parent, &target).map_err(|e| undo(SplitError::from(e).into()))?;
     let opened = Parent::open(parent).map_err(|e| undo(SplitError::from(e).into()))?;
+    decide::check_partitioner(spec.partitioner, opened.table().partitioner)
+        .map_err(|m| undo(Failure::new(Reason::InvalidSpec, m)))?;
     let ranges = decide::validate_ranges(spec, opened.table().partitioner).map_err(undo)?;
     let report = split::run(
         &opened,

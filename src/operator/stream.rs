@@ -208,6 +208,8 @@ pub fn plan(
         let partitioner = crate::sstable::SSTable::open(&data)
             .map_err(read_failure)?
             .partitioner;
+        super::decide::check_partitioner(spec.partitioner, partitioner)
+            .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
         let ranges = crate::split::ranges::to_token_ranges(partitioner, &specs)
             .map_err(|m| Failure::new(Reason::InvalidRange, format!("spec.ranges: {m}")))?;
         let name = ChildName {
@@ -266,6 +268,8 @@ impl Kind for RangeStream {
     }
 
     fn validate(&self) -> Result<(), Failure> {
+        super::decide::check_schema_rules_stream(&self.spec)
+            .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
         super::decide::validate_stream(&self.spec)
     }
 
