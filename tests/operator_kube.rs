@@ -446,9 +446,9 @@ async fn production_conventions_on_a_real_apiserver() {
 
 fn conventions() {
     use cleave::operator::controller::{remove_finalizer, KubeStore, FINALIZER};
+    use cleave::operator::core::{reconcile, Ctx};
     use cleave::operator::crd::AnticompactionJob;
     use cleave::operator::metrics::Metrics;
-    use cleave::operator::core::{reconcile, Ctx};
     use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
     let cluster = Cluster::start();

@@ -155,7 +155,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
         let metrics = Metrics::new()?;
         let listener = tokio::net::TcpListener::bind(&a.metrics_addr)
             .await
@@ -243,5 +243,10 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         http.abort();
         let _ = http.await;
         Ok(ExitCode::SUCCESS)
-    })
+    });
+    // Executions have ended (controller::run waits for them); what is left are tasks talking
+    // to an apiserver that may not answer (Event publishing, watches). They must not hold
+    // the pod for the kube client's own timeouts.
+    rt.shutdown_timeout(Duration::from_secs(2));
+    result
 }
