@@ -376,4 +376,14 @@ mod tests {
         assert_eq!(Reason::of_io(&eacces), Reason::PermissionDenied);
         assert_eq!(Reason::of_io(&eio), Reason::IoError);
     }
+
+    #[test]
+    fn docs_operator_md_has_the_generated_reasons_table() {
+        let doc = include_str!("../docs/operator.md");
+        let want = format!("<!-- reasons:begin -->\n{}<!-- reasons:end -->", markdown_table());
+        assert!(
+            doc.contains(&want),
+            "docs/operator.md's reasons table is not reason::markdown_table(); put this between the markers:\n{want}"
+        );
+    }
 }
