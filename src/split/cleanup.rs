@@ -239,10 +239,7 @@ pub fn secondary_index(table_dir: &Path) -> Result<Option<(PathBuf, &'static str
         let Some(name) = name.to_str() else { continue };
         if e.file_type().is_ok_and(|t| t.is_dir()) {
             if let Some(index) = name.strip_prefix('.') {
-                if !index.is_empty()
-                    && index
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                if !index.is_empty() && index.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
                 {
                     return Ok(Some((e.path(), "index directory")));
                 }
@@ -402,7 +399,10 @@ pub fn cleanup(
     let partitioner = parents
         .first()
         .map_or_else(|| partitioner_of(owned), |p| p.table().partitioner);
-    if let Some(p) = parents.iter().find(|p| p.table().partitioner != partitioner) {
+    if let Some(p) = parents
+        .iter()
+        .find(|p| p.table().partitioner != partitioner)
+    {
         return Err(invalid(format!(
             "{} uses {}, the table's other sstables {}",
             p.data_path().display(),
@@ -624,7 +624,10 @@ mod tests {
         let c = plan(&[1, 2, 3, 10], &[(0, 10), (20, 30)], 0);
         assert_eq!(classify(&c, 4, 0), Verdict::Kept);
         assert_eq!(c.len(), 1);
-        assert_eq!(c[0].label, None, "cleanup children keep the parent's metadata");
+        assert_eq!(
+            c[0].label, None,
+            "cleanup children keep the parent's metadata"
+        );
     }
 
     #[test]

@@ -126,7 +126,10 @@ pub fn stage(
 /// `stage` of children written into several staging directories of `out` (one per parent:
 /// a cleanup stages every split sstable of a table), under one transaction log, so that
 /// `out` holds all of them or none once `recover` ran.
-pub fn stage_all(out: &Path, children: &[(PathBuf, Descriptor)]) -> Result<Published, PublishError> {
+pub fn stage_all(
+    out: &Path,
+    children: &[(PathBuf, Descriptor)],
+) -> Result<Published, PublishError> {
     let finals: Vec<Descriptor> = children
         .iter()
         .map(|(_, c)| Descriptor {

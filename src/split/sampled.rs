@@ -178,8 +178,15 @@ pub fn plan<P: IndexProbe>(probe: &mut P, cut: &Cut, s: Shape) -> Result<Sampled
         }
         Cut::Owned(o) => {
             let group = |t: &Token| super::plan::owned_group(o, s.partitioner, t);
-            first_group = group(&first.token);
-            by_breakpoints(probe, &o.bounds(), first.clone(), first_group, &mut cuts, group)?;
+            first_group = super::plan::owned_group(o, s.partitioner, &first.token);
+            by_breakpoints(
+                probe,
+                &o.bounds(),
+                first.clone(),
+                first_group,
+                &mut cuts,
+                group,
+            )?;
         }
         Cut::Parts(n) => {
             first_group = Group::Index(0);
