@@ -135,7 +135,10 @@ pub fn run(a: &CleanupBenchOptions) -> Result<Output> {
     }
     let per = a.size / u64::from(a.sstables.max(1));
     for g in 1..=a.sstables {
-        eprintln!("bench cleanup: generating sstable {g}/{} ({per} bytes)", a.sstables);
+        eprintln!(
+            "bench cleanup: generating sstable {g}/{} ({per} bytes)",
+            a.sstables
+        );
         run_cmd(
             Command::new(&a.exe)
                 .arg("gen")
@@ -387,8 +390,6 @@ fn markdown(
             r.load1.map_or("?".into(), |l| format!("{l:.1}"))
         );
     }
-    s += &format!(
-        "\nmedian wall: byte copy / cleanup = {speedup:.1}× (target ≥ 100×)\n"
-    );
+    s += &format!("\nmedian wall: byte copy / cleanup = {speedup:.1}× (target ≥ 100×)\n");
     s
 }
