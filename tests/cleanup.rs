@@ -952,3 +952,83 @@ fn kill_at_every_fault_point_then_recover() {
     );
     assert!(before_commit > 0 && after_commit > 0);
 }
+
+#[test]
+fn injected_eio_at_every_fallible_step_leaves_every_parent_or_the_cleaned_table() {
+    let Some(shared) = corpus_or_skip("cleanup EIO campaign") else {
+        return;
+    };
+    let tpl = tempfile::tempdir().unwrap();
+    let template = tpl.path().join("table");
+    std::fs::create_dir_all(&template).unwrap();
+    let a = gen(&template, 1, 31, "256KiB");
+    gen(&template, 2, 32, "256KiB");
+    let c = gen(&template, 3, 33, "256KiB");
+    let mut owned: Vec<(i64, i64)> = tokens(&a).into_iter().map(just).collect();
+    for (i, t) in tokens(&c).into_iter().enumerate() {
+        if i % 20 < 12 {
+            owned.push(just(t));
+        }
+    }
+    owned.sort();
+    std::fs::write(tpl.path().join("owned.yaml"), yaml(&owned)).unwrap();
+    let original = flat(&template);
+    let (_, want) = sstcheck_fp(&shared, &data_files(&template), &owned);
+    let w = world(&template);
+    let list = w._d.path().join("points");
+    let out = cleanup_cmd(&w.table, &w.ranges, &[])
+        .env("CLEAVE_CRASH_LIST", &list)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let done: Vec<String> = names(&w.table);
+    let fallible = [
+        "txn:append",
+        "fsync:dir-before",
+        "replace:rename",
+        "delete:file",
+    ];
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for l in std::fs::read_to_string(&list).unwrap().lines() {
+        if fallible.contains(&l) {
+            *counts.entry(l.to_string()).or_default() += 1;
+        }
+    }
+    assert_eq!(counts.len(), fallible.len(), "{counts:?}");
+    let (mut failed, mut succeeded) = (0, 0);
+    for (p, n) in &counts {
+        for nth in 1..=*n {
+            let w = world(&template);
+            let what = format!("{p}@{nth}");
+            let out = cleanup_cmd(&w.table, &w.ranges, &[])
+                .env("CLEAVE_FAIL_AT", &what)
+                .output()
+                .unwrap();
+            if out.status.success() {
+                // After COMMIT a failure does not undo the cleanup: recover finishes it.
+                let rec = Command::new(cleave_bin())
+                    .arg("recover")
+                    .arg(&w.table)
+                    .output()
+                    .unwrap();
+                assert!(rec.status.success(), "{what}");
+                assert_eq!(names(&w.table), done, "{what}");
+                let (fp, _) = sstcheck_fp(&shared, &data_files(&w.table), &[]);
+                assert_eq!(fp, want, "{what}");
+                succeeded += 1;
+            } else {
+                // Before COMMIT it rolled itself back: every parent, nothing else, before
+                // any recover.
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert_eq!(v["error"]["reason"], "IoError", "{what}: {v}");
+                assert_eq!(flat(&w.table), original, "{what}");
+                failed += 1;
+            }
+        }
+    }
+    eprintln!(
+        "EIO at {} steps: {failed} failed and rolled back, {succeeded} went forward",
+        failed + succeeded
+    );
+    assert!(failed > 0 && succeeded > 0);
+}
