@@ -31,6 +31,8 @@ enum Command {
     Split(cli::split::SplitArgs),
     /// Fully check SSTables and print their partition count and key fingerprint.
     Verify(cli::split::VerifyArgs),
+    /// Drop the partitions this node no longer owns, without rewriting a row (docs/cleanup.md).
+    Cleanup(cli::cleanup::CleanupArgs),
     /// Finish or roll back an interrupted `split --publish replace` in a table directory.
     Recover(cli::split::RecoverArgs),
     /// Re-encode an sstable whose first partition is not at position 0 (a dead prefix)
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => cli::inspect::run(a),
         Command::Split(a) => cli::split::run(a),
         Command::Verify(a) => cli::split::verify(a),
+        Command::Cleanup(a) => cli::cleanup::run(a),
         Command::Recover(a) => cli::split::recover(a),
         Command::Rewrite(a) => cli::split::rewrite(a),
         Command::Gen(a) => cli::gen::run(a),

@@ -4,8 +4,10 @@
 //!
 //! * [`index`]: `cleave bench index`, Index.db streaming throughput and memory;
 //! * [`split`]: `cleave bench split`, the CASSANDRA-21550 table and the sweep;
+//! * [`cleanup`]: `cleave bench cleanup`, cleanup against a byte copy of the table;
 //! * [`fsync`]: `cleave bench fsync`, durability strategies.
 
+pub mod cleanup;
 pub mod fsync;
 pub mod index;
 mod rng;

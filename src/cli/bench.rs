@@ -27,6 +27,9 @@ pub enum BenchKind {
     /// Split a generated parent 8 ways in every layout on an XFS loop mount, cold cache,
     /// against cp and cp --reflink: the CASSANDRA-21550 table (needs root and mkfs.xfs).
     Split(SplitBenchArgs),
+    /// Clean up a table of several generated sstables on an XFS loop mount to a third of a
+    /// 3-node vnode ring, cold, against a byte copy of its Data.db files (issue 19).
+    Cleanup(CleanupBenchArgs),
     /// Make an 8-way split's files durable by each strategy (serial fsync, a pool, fdatasync,
     /// syncfs) in --dir: the measurement behind docs/split.md "Durability".
     Fsync(FsyncBenchArgs),
@@ -80,6 +83,48 @@ fn run_fsync(a: FsyncBenchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[derive(clap::Args)]
+pub struct CleanupBenchArgs {
+    /// Uncompressed Data.db bytes of the whole table.
+    #[arg(long, value_parser = parse_size, default_value = "8GiB")]
+    pub size: u64,
+    /// Sstables the table is made of (equal sizes).
+    #[arg(long, default_value_t = 4)]
+    pub sstables: u32,
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u64,
+    /// Tokens per node (num_tokens).
+    #[arg(long, default_value_t = 16)]
+    pub vnodes: u64,
+    #[arg(long, value_parser = parse_size, default_value = "16KiB")]
+    pub chunk: u64,
+    #[arg(long, value_parser = parse_size, default_value = "64KiB")]
+    pub partition_size: u64,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+fn run_cleanup(a: CleanupBenchArgs) -> Result<ExitCode> {
+    let opts = cleave::bench::cleanup::CleanupBenchOptions {
+        exe: std::env::current_exe().context("locating this binary")?,
+        size: a.size,
+        sstables: a.sstables,
+        nodes: a.nodes,
+        vnodes: a.vnodes,
+        chunk: a.chunk,
+        partition_size: a.partition_size,
+        iterations: a.common.iterations,
+        dir: a.common.dir,
+    };
+    let out = cleave::bench::cleanup::run(&opts)?;
+    if a.common.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print!("{}", out.markdown);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Options every benchmark kind takes.
 #[derive(clap::Args)]
 pub struct CommonArgs {
@@ -114,6 +159,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         BenchKind::Index(a) => run_index(a),
         BenchKind::Split(a) => run_split(a),
         BenchKind::Fsync(a) => run_fsync(a),
+        BenchKind::Cleanup(a) => run_cleanup(a),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Subcommands: argument parsing and presentation only; the work is in the library.
 
 pub mod bench;
+pub mod cleanup;
 pub mod crd;
 pub mod demo;
 pub mod failure;

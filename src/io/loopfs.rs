@@ -67,6 +67,11 @@ impl LoopMount {
         Ok(guard)
     }
 
+    /// The image file the filesystem lives in (a benchmark drops its cached pages).
+    pub fn image(&self) -> &Path {
+        &self.image
+    }
+
     /// Bytes used on the filesystem (statvfs), to measure what sharing saved.
     pub fn used_bytes(&self) -> std::io::Result<u64> {
         let st = nix::sys::statvfs::statvfs(&self.mount_point).map_err(std::io::Error::from)?;

@@ -256,6 +256,9 @@ pub enum SplitError {
     Check(#[from] CheckError),
     #[error(transparent)]
     Publish(#[from] PublishError),
+    /// A cleanup's own refusals (`split::cleanup`), before anything is written.
+    #[error(transparent)]
+    Cleanup(#[from] super::cleanup::CleanupError),
 }
 
 impl SplitError {
@@ -267,6 +270,7 @@ impl SplitError {
             SplitError::Write(e) => e.reason(),
             SplitError::Check(e) => e.reason(),
             SplitError::Publish(e) => e.reason(),
+            SplitError::Cleanup(e) => e.reason(),
         }
     }
     /// The file or directory the error is about.
@@ -277,6 +281,7 @@ impl SplitError {
             SplitError::Write(e) => e.path(),
             SplitError::Check(e) => e.path(),
             SplitError::Publish(e) => e.path(),
+            SplitError::Cleanup(e) => e.path(),
         }
     }
 }

@@ -242,6 +242,7 @@ fn cut_below(cut: &Cut, first: &Token) -> Option<Token> {
             .filter(below)
             .max()
             .cloned(),
+        Cut::Owned(o) => o.bounds().into_iter().filter(|t| t < first).max(),
         Cut::Parts(_) => None,
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod check;
 pub mod child;
+pub mod cleanup;
 pub mod data;
 pub mod error;
 pub mod fallback;
@@ -98,6 +99,12 @@ pub fn lock(parent_path: &Path, target: &Target) -> Result<SplitLock, PublishErr
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    lock_table(parent_dir, target)
+}
+
+/// `lock` by table directory: what a cleanup, which works on every sstable of the table,
+/// holds from before it opens the first until it published.
+pub fn lock_table(parent_dir: &Path, target: &Target) -> Result<SplitLock, PublishError> {
     if target.dry_run || !target.out_dir.is_dir() || !parent_dir.is_dir() {
         return Ok(SplitLock { _held: None });
     }

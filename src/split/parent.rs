@@ -190,6 +190,7 @@ impl Parent {
             Cut::Parts(0) => return Err(invalid("--parts 0: expected at least 2".into())),
             Cut::Parts(_) => {}
             Cut::Ranges(r) => r.validate(t.partitioner).map_err(invalid)?,
+            Cut::Owned(o) => o.validate(t.partitioner).map_err(invalid)?,
         }
         let support = self
             .inner

@@ -75,6 +75,8 @@ impl PlannedChild {
 pub(super) enum Group {
     Index(usize),
     Label(Label),
+    /// Cleanup: a partition outside the owned ranges, written to no child.
+    Dropped,
 }
 
 struct OpenRun {
@@ -181,6 +183,7 @@ impl Grouper {
                 }
             }
             Cut::Ranges(r) => Group::Label(r.label(self.partitioner, token)),
+            Cut::Owned(o) => owned_group(o, self.partitioner, token),
         }
     }
 
@@ -269,6 +272,16 @@ impl Grouper {
     }
 }
 
+/// Cleanup's grouping: owned partitions are one label (so small owned runs merge into one
+/// `regrid` child, as anticompaction merges a label's), the others are dropped.
+pub(super) fn owned_group(o: &super::spec::OwnedRanges, p: Partitioner, t: &Token) -> Group {
+    if o.contains(p, t) {
+        Group::Label(Label::Full)
+    } else {
+        Group::Dropped
+    }
+}
+
 /// Runs (closed, in parent order) to children: for `Parts`, the cut that waited for a dead
 /// prefix in vain and the cuts the scan could not make are made first (from `deferred` and
 /// `recent`, the last N-1 partition starts); then anticompaction runs touching fewer than
@@ -298,6 +311,7 @@ pub(super) fn assemble(
     let mut merged: Vec<PlannedChild> = Vec::new();
     for (group, run) in runs {
         match group {
+            Group::Dropped => {}
             Group::Index(_) => children.push(PlannedChild {
                 runs: vec![run],
                 label: None,
@@ -326,6 +340,12 @@ pub(super) fn assemble(
     }
     merged.sort_by_key(|c| c.label);
     children.extend(merged);
+    if matches!(cut, Cut::Owned(_)) {
+        // Cleanup's children carry no label: they keep the parent's repair metadata.
+        for c in &mut children {
+            c.label = None;
+        }
+    }
     children
 }
 

@@ -116,22 +116,36 @@ pub fn stage(
     out: &Path,
     children: &[Descriptor],
 ) -> Result<Published, PublishError> {
+    let staged: Vec<(PathBuf, Descriptor)> = children
+        .iter()
+        .map(|c| (staging.to_path_buf(), c.clone()))
+        .collect();
+    stage_all(out, &staged)
+}
+
+/// `stage` of children written into several staging directories of `out` (one per parent:
+/// a cleanup stages every split sstable of a table), under one transaction log, so that
+/// `out` holds all of them or none once `recover` ran.
+pub fn stage_all(
+    out: &Path,
+    children: &[(PathBuf, Descriptor)],
+) -> Result<Published, PublishError> {
     let finals: Vec<Descriptor> = children
         .iter()
-        .map(|c| Descriptor {
+        .map(|(_, c)| Descriptor {
             dir: out.to_path_buf(),
             ..c.clone()
         })
         .collect();
-    let version = children.first().map_or("nb", |c| c.version.as_str());
+    let version = children.first().map_or("nb", |(_, c)| c.version.as_str());
     let log = out.join(log_file_name(version, TxnOperation::Split));
     let moved = (|| -> Result<(), PublishError> {
-        for (c, d) in children.iter().zip(&finals) {
+        for ((staging, c), d) in children.iter().zip(&finals) {
             let n = sstable_files(staging, c)?.len() as i32;
             append_line(&log, &log_record("ADD", &base_path(d)?, 0, n))?;
         }
         synced(out)?;
-        for c in children {
+        for (staging, c) in children {
             for f in sstable_files(staging, c)? {
                 let to = out.join(f.file_name().unwrap_or_default());
                 crate::io::fault::io_point("stage:rename").map_err(io_err(&to))?;
@@ -157,11 +171,7 @@ pub fn stage(
     }
     crash_point("stage:committed");
     let mut left_behind = Vec::new();
-    if let Err(e) = fs::remove_dir_all(staging) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            left_behind.push(format!("staging {}: {e}", staging.display()));
-        }
-    }
+    remove_stagings(children, &mut left_behind);
     if let Err(e) = fs::remove_file(&log) {
         left_behind.push(format!("log {}: {e}", log.display()));
     }
@@ -172,6 +182,20 @@ pub fn stage(
         data_paths: finals.iter().map(|d| d.path(&Component::Data)).collect(),
         left_behind,
     })
+}
+
+/// Removes each distinct staging directory of `children` once they are published.
+fn remove_stagings(children: &[(PathBuf, Descriptor)], left_behind: &mut Vec<String>) {
+    let mut dirs: Vec<&PathBuf> = children.iter().map(|(s, _)| s).collect();
+    dirs.sort();
+    dirs.dedup();
+    for staging in dirs {
+        if let Err(e) = fs::remove_dir_all(staging) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                left_behind.push(format!("staging {}: {e}", staging.display()));
+            }
+        }
+    }
 }
 
 /// One transaction-log record, `TYPE:[path,updateTime,numFiles][checksum]` where path is
@@ -330,6 +354,10 @@ pub enum TxnOperation {
     Split,
     /// `OperationType.ANTICOMPACTION` ("Anticompaction after repair").
     Anticompaction,
+    /// `OperationType.CLEANUP` ("Cleanup", file name `cleanup`): what `nodetool cleanup`
+    /// logs (`CompactionManager.performCleanup`), so a Cassandra starting mid-way sees an
+    /// operation it knows.
+    Cleanup,
 }
 
 impl TxnOperation {
@@ -337,6 +365,7 @@ impl TxnOperation {
     pub fn from_name(s: &str) -> TxnOperation {
         match s {
             "anticompaction" | "anticompactionafterrepair" => TxnOperation::Anticompaction,
+            "cleanup" => TxnOperation::Cleanup,
             _ => TxnOperation::Split,
         }
     }
@@ -345,6 +374,7 @@ impl TxnOperation {
         match self {
             TxnOperation::Split => "unknowncompactiontype",
             TxnOperation::Anticompaction => "anticompactionafterrepair",
+            TxnOperation::Cleanup => "cleanup",
         }
     }
 }
@@ -390,16 +420,41 @@ pub fn replace(
     children: &[Descriptor],
     op: &str,
 ) -> Result<Published, PublishError> {
-    let op = TxnOperation::from_name(op);
-    let log = table_dir.join(log_file_name(parent.version.as_str(), op));
+    let staged: Vec<(PathBuf, Descriptor)> = children
+        .iter()
+        .map(|c| (staging.to_path_buf(), c.clone()))
+        .collect();
+    replace_all(
+        table_dir,
+        &staged,
+        std::slice::from_ref(parent),
+        TxnOperation::from_name(op),
+    )
+}
+
+/// `replace` of several parents at once, in one transaction: every child (each from its
+/// staging directory) ADDed, every parent REMOVEd — a cleanup's split and dropped
+/// sstables of one table — so a crash leaves either all parents or all children live.
+/// `children` may be empty (a cleanup that only drops sstables).
+pub fn replace_all(
+    table_dir: &Path,
+    children: &[(PathBuf, Descriptor)],
+    parents: &[Descriptor],
+    op: TxnOperation,
+) -> Result<Published, PublishError> {
+    let version = parents
+        .first()
+        .or(children.first().map(|(_, c)| c))
+        .map_or("nb", |d| d.version.as_str());
+    let log = table_dir.join(log_file_name(version, op));
     let finals: Vec<Descriptor> = children
         .iter()
-        .map(|c| Descriptor {
+        .map(|(_, c)| Descriptor {
             dir: table_dir.to_path_buf(),
             ..c.clone()
         })
         .collect();
-    if let Err(e) = before_commit(staging, table_dir, parent, children, &finals, &log) {
+    if let Err(e) = before_commit(table_dir, parents, children, &finals, &log) {
         return Err(match roll_back(&log) {
             Ok(()) => e,
             Err(r) => PublishError::Log {
@@ -431,11 +486,7 @@ pub fn replace(
     if let Err(e) = synced(table_dir) {
         left_behind.push(e.to_string());
     }
-    if let Err(e) = fs::remove_dir_all(staging) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            left_behind.push(format!("staging {}: {e}", staging.display()));
-        }
-    }
+    remove_stagings(children, &mut left_behind);
     if removed_all {
         if let Err(e) = fs::remove_file(&log) {
             left_behind.push(format!("log {}: {e}", log.display()));
@@ -458,35 +509,36 @@ pub fn replace(
 
 /// The reversible half of `replace`: the log's ADD and REMOVE records, the renames, COMMIT.
 fn before_commit(
-    staging: &Path,
     table_dir: &Path,
-    parent: &Descriptor,
-    children: &[Descriptor],
+    parents: &[Descriptor],
+    children: &[(PathBuf, Descriptor)],
     finals: &[Descriptor],
     log: &Path,
 ) -> Result<(), PublishError> {
-    for (c, d) in children.iter().zip(finals) {
+    for ((staging, c), d) in children.iter().zip(finals) {
         let n = sstable_files(staging, c)?.len() as i32;
         append_line(log, &log_record("ADD", &base_path(d)?, 0, n))?;
     }
-    let parent_files = sstable_files(&parent.dir, parent)?;
-    let mut mtime_ms = 0i64;
-    for f in &parent_files {
-        let m = fs::metadata(f).map_err(io_err(f))?;
-        mtime_ms = mtime_ms.max(m.mtime() * 1000 + m.mtime_nsec() / 1_000_000);
+    for parent in parents {
+        let parent_files = sstable_files(&parent.dir, parent)?;
+        let mut mtime_ms = 0i64;
+        for f in &parent_files {
+            let m = fs::metadata(f).map_err(io_err(f))?;
+            mtime_ms = mtime_ms.max(m.mtime() * 1000 + m.mtime_nsec() / 1_000_000);
+        }
+        append_line(
+            log,
+            &log_record(
+                "REMOVE",
+                &base_path(parent)?,
+                mtime_ms,
+                parent_files.len() as i32,
+            ),
+        )?;
     }
-    append_line(
-        log,
-        &log_record(
-            "REMOVE",
-            &base_path(parent)?,
-            mtime_ms,
-            parent_files.len() as i32,
-        ),
-    )?;
     synced(table_dir)?;
     crash_point("logged");
-    for c in children {
+    for (staging, c) in children {
         for f in sstable_files(staging, c)? {
             let to = table_dir.join(f.file_name().unwrap_or_default());
             crate::io::fault::io_point("replace:rename").map_err(io_err(&to))?;

@@ -176,6 +176,18 @@ pub fn plan<P: IndexProbe>(probe: &mut P, cut: &Cut, s: Shape) -> Result<Sampled
             first_group = Group::Label(r.label(s.partitioner, &first.token));
             by_breakpoints(probe, &bps, first.clone(), first_group, &mut cuts, label)?;
         }
+        Cut::Owned(o) => {
+            let group = |t: &Token| super::plan::owned_group(o, s.partitioner, t);
+            first_group = super::plan::owned_group(o, s.partitioner, &first.token);
+            by_breakpoints(
+                probe,
+                &o.bounds(),
+                first.clone(),
+                first_group,
+                &mut cuts,
+                group,
+            )?;
+        }
         Cut::Parts(n) => {
             first_group = Group::Index(0);
             let n = *n;
@@ -563,6 +575,39 @@ pub(crate) mod tests {
             b.dedup();
             let b: Vec<Token> = b.into_iter().map(Token::Murmur3).collect();
             same_as_grouper(&Cut::Tokens(b), &items, len, 16384, 0, 0);
+        }
+    }
+
+    #[test]
+    fn sampled_owned_ranges_equal_the_full_pass() {
+        use crate::split::spec::OwnedRanges;
+        use crate::sstable::TokenRange;
+        let mut rng = Rng(0x7a11_ce00_0000_0019);
+        for round in 0..200 {
+            let count = 1 + rng.below(2000) as usize;
+            let (items, len) = random_table(&mut rng, count, 5000);
+            let mut ends: Vec<i64> = (0..2 * (1 + rng.below(48)))
+                .map(|_| rng.next() as i64)
+                .collect();
+            ends.sort();
+            ends.dedup();
+            let mut ranges: Vec<TokenRange> = ends
+                .chunks(2)
+                .filter(|c| c.len() == 2)
+                .map(|c| TokenRange::new(Token::Murmur3(c[0]), Token::Murmur3(c[1])))
+                .collect();
+            // Now and then the last range wraps around the ring's end instead.
+            if round % 4 == 0 && ranges.len() > 1 {
+                let last = ranges.pop().expect("two ranges");
+                let first = ranges.remove(0);
+                ranges.push(TokenRange::new(last.left, first.right));
+            }
+            let o = OwnedRanges { ranges };
+            o.validate(crate::sstable::Partitioner::Murmur3)
+                .expect("disjoint ranges");
+            for merge in [0, 8] {
+                same_as_grouper(&Cut::Owned(o.clone()), &items, len, 16384, 0, merge);
+            }
         }
     }
 

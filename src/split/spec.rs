@@ -14,6 +14,55 @@ pub enum Cut {
     Parts(usize),
     /// Anticompaction: partitions in `full` ranges, in `transient` ranges, and the rest.
     Ranges(RepairedRanges),
+    /// Cleanup (`split::cleanup`): partitions in the owned ranges go to children, in runs
+    /// as anticompaction cuts them; the others are dropped. Children keep the parent's
+    /// repair metadata, level and commit-log intervals.
+    Owned(OwnedRanges),
+}
+
+/// The ranges a node owns (`StorageService.getLocalReplicas`, as `nodetool cleanup` keeps
+/// them): non-empty and pairwise disjoint (`validate`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnedRanges {
+    pub ranges: Vec<TokenRange>,
+}
+
+impl OwnedRanges {
+    /// Refuses an empty set (it would drop every partition of the table: `nodetool cleanup`
+    /// on a node that owns nothing is a decommission, not a cleanup) and overlapping ranges
+    /// (a list a ring never produces: a typo, or ranges of two nodes pasted together).
+    pub fn validate(&self, p: Partitioner) -> Result<(), String> {
+        if self.ranges.is_empty() {
+            return Err("no owned ranges: cleanup would drop every partition of the table".into());
+        }
+        for (i, a) in self.ranges.iter().enumerate() {
+            for b in &self.ranges[i + 1..] {
+                if ranges_intersect(p, a, b) {
+                    return Err(format!(
+                        "owned ranges ({}, {}] and ({}, {}] overlap",
+                        a.left, a.right, b.left, b.right
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn contains(&self, p: Partitioner, t: &Token) -> bool {
+        self.ranges.iter().any(|r| r.contains(p, t))
+    }
+
+    /// Every range bound, sorted and deduplicated: where ownership can change.
+    pub fn bounds(&self) -> Vec<Token> {
+        let mut v: Vec<Token> = self
+            .ranges
+            .iter()
+            .flat_map(|r| [r.left.clone(), r.right.clone()])
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -288,6 +337,35 @@ mod tests {
             &TokenRange::new(m(100), m(-100)),
             &TokenRange::new(m(-100), m(100))
         ));
+    }
+
+    #[test]
+    fn owned_ranges_must_be_given_and_disjoint() {
+        let p = Partitioner::Murmur3;
+        let none = OwnedRanges { ranges: vec![] };
+        assert!(none.validate(p).unwrap_err().contains("no owned ranges"));
+        let overlap = OwnedRanges {
+            ranges: vec![
+                TokenRange::new(m(0), m(10)),
+                TokenRange::new(m(100), m(-100)),
+                TokenRange::new(m(5), m(20)),
+            ],
+        };
+        assert!(overlap.validate(p).unwrap_err().contains("overlap"));
+        let wrap = OwnedRanges {
+            ranges: vec![
+                TokenRange::new(m(100), m(-100)),
+                TokenRange::new(m(-150), m(-120)),
+            ],
+        };
+        assert!(wrap.validate(p).unwrap_err().contains("overlap"));
+        let ok = OwnedRanges {
+            ranges: vec![TokenRange::new(m(0), m(10)), TokenRange::new(m(10), m(20))],
+        };
+        ok.validate(p).unwrap();
+        assert!(ok.contains(p, &m(10)) && ok.contains(p, &m(20)));
+        assert!(!ok.contains(p, &m(0)) && !ok.contains(p, &m(21)));
+        assert_eq!(ok.bounds(), vec![m(0), m(10), m(20)]);
     }
 
     #[test]

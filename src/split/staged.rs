@@ -31,7 +31,7 @@ impl StagingGuard {
     pub fn new(dir: PathBuf) -> StagingGuard {
         StagingGuard(Some(dir))
     }
-    fn disarm(&mut self) {
+    pub(super) fn disarm(&mut self) {
         self.0 = None;
     }
 }
@@ -115,10 +115,10 @@ impl Staged<Unchecked> {
             parent: plan.parent.clone(),
             plan: plan.children.clone(),
             parent_fp,
-            operation: if matches!(plan.cut, Cut::Ranges(_)) {
-                "anticompaction"
-            } else {
-                "split"
+            operation: match plan.cut {
+                Cut::Ranges(_) => "anticompaction",
+                Cut::Owned(_) => "cleanup",
+                _ => "split",
             },
             staging,
             out_dir,

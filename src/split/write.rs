@@ -167,6 +167,16 @@ impl Plan {
         // from Summary.db's samples.
         let mut parent_fp = Fingerprint::default();
         let mut seg = 0usize;
+        // Cleanup (`Cut::Owned`): partitions in no segment are dropped. Their keys are
+        // counted apart (`dropped_fp`), and the keys the owned ranges hold are counted by
+        // their token alone (`owned_fp`), independently of the plan's runs: that is what
+        // the children must add up to.
+        let owned = match &self.cut {
+            Cut::Owned(o) => Some(o),
+            _ => None,
+        };
+        let mut dropped_fp = Fingerprint::default();
+        let mut owned_fp = Fingerprint::default();
         // The previous parent entry, flushed when the next one tells where it ends.
         let mut pending: Option<Pending> = None;
         let mut r = t.index_reader()?;
@@ -183,6 +193,22 @@ impl Plan {
                     e.index_offset,
                 )
             });
+            if let (Some(o), Some(p)) = (owned, &pending) {
+                if p.ordinal >= parent.leading_empty()
+                    && o.contains(t.partitioner, &t.partitioner.token(&p.key))
+                {
+                    owned_fp.add(&p.key);
+                }
+                while seg < segments.len() && segments[seg].1 < p.ordinal {
+                    seg += 1;
+                }
+                if segments.get(seg).is_none_or(|s| s.0 > p.ordinal) {
+                    if p.ordinal >= parent.leading_empty() {
+                        dropped_fp.add(&p.key);
+                    }
+                    pending = None;
+                }
+            }
             if let Some(Pending {
                 ordinal: p_ord,
                 key,
@@ -300,6 +326,10 @@ impl Plan {
             bytes: index_total,
             total: index_total,
         });
+        // Every key of the parent: the ones routed to a child and the dropped ones.
+        let mut all_fp = parent_fp;
+        all_fp.merge(&dropped_fp);
+        let parent_fp = all_fp;
         let planned_fp = self.fingerprint.unwrap_or(parent_fp);
         if ordinal != self.partitions || planned_fp != parent_fp {
             return Err(FormatError::corrupt(
@@ -334,7 +364,9 @@ impl Plan {
             out_dir.to_path_buf(),
             descs,
             reports,
-            parent_fp,
+            // What the children must add up to: the parent's keys, or under cleanup the
+            // parent's keys in the owned ranges.
+            if owned.is_some() { owned_fp } else { parent_fp },
             children_fp,
             support,
             guard,

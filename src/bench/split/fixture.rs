@@ -44,7 +44,7 @@ fn component_name(p: &Path) -> String {
 }
 
 /// The loop device a mount point is on.
-fn loop_device(mount_point: &Path) -> Option<String> {
+pub(crate) fn loop_device(mount_point: &Path) -> Option<String> {
     let out = Command::new("findmnt")
         .args(["-n", "-o", "SOURCE", "--mountpoint"])
         .arg(mount_point)
@@ -56,7 +56,7 @@ fn loop_device(mount_point: &Path) -> Option<String> {
 
 /// Switches the loop device to direct I/O, so that the image's pages are not cached a
 /// second time by the host filesystem.
-fn loop_direct_io(dev: Option<&str>) -> bool {
+pub(crate) fn loop_direct_io(dev: Option<&str>) -> bool {
     dev.is_some_and(|dev| {
         Command::new("losetup")
             .args(["--direct-io=on", dev])

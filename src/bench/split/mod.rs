@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 use super::ScratchDir;
 use crate::io::loopfs;
 
-mod fixture;
-mod measure;
+pub(crate) mod fixture;
+pub(crate) mod measure;
 mod plot;
 mod report;
 

@@ -1,0 +1,670 @@
+//! Cleanup: drop the partitions a node no longer owns without rewriting a row.
+//!
+//! Per sstable of a table directory, from its index alone (`classify`, pure): wholly
+//! inside the owned ranges → **kept** (the same file, untouched); wholly outside →
+//! **dropped**; across a boundary → **split**: replaced by children holding exactly its
+//! owned partitions, cut by `Cut::Owned` through the split pipeline (plan → write → check),
+//! so they share the parent's chunks, get both ends re-encoded, follow the target rules of
+//! `split::head` (no dead prefix for a 5.0.5+ or unknown target) and keep the parent's
+//! `repairedAt`, `pendingRepair`, `isTransient`, level and commit-log intervals
+//! (`child::child_statistics` with no repair triple clones the parent's Statistics.db).
+//!
+//! Cassandra's own cleanup (`CompactionManager.performCleanup` → `doCleanupOne`) skips an
+//! sstable that `needsCleanup` finds wholly owned, drops one whose `[first, last]` bounds
+//! intersect no owned range (only when the table has no secondary index), and rewrites
+//! every other one through compaction. cleave makes the same three decisions, exactly, by
+//! reading each key's token instead of bounds, and never rewrites a row.
+//!
+//! `--publish replace` publishes the whole table in **one** transaction log of type
+//! `CLEANUP` (`OperationType.CLEANUP`, file name `cleanup`: `<v>_txn_cleanup_<uuid>.log`):
+//! ADD for every child, REMOVE for every split and dropped parent, then the renames, then
+//! COMMIT (`publish::replace_all`). A crash before COMMIT leaves every parent live
+//! (`cleave recover`, or a Cassandra starting, deletes the ADDed children); after it every
+//! child (the REMOVEd parents are deleted).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::error::{PublishError, SplitError};
+use super::parent::Parent;
+use super::plan::{ChildPlan, PlanSource, PlannedChild, Policy};
+use super::publish::{self, Publish, TxnOperation};
+use super::report::ChildReport;
+use super::spec::{Cut, OwnedRanges};
+use super::staged::{self, Checked, Staged};
+use super::Target;
+use crate::reason::Reason;
+use crate::sstable::{Component, Descriptor, Partitioner, Token, TokenRange};
+
+/// What cleanup does with one sstable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Every key is owned: the sstable stays as it is (same inode).
+    Kept,
+    /// No key is owned: the sstable is removed.
+    Dropped,
+    /// Replaced by children holding exactly its owned keys.
+    Split,
+}
+
+/// The verdict for one sstable from the plan of `Cut::Owned` (its owned runs, as children)
+/// and its partition count. Leading empty partitions (`leading_empty`, the fillers of an
+/// earlier split) are not keys: an sstable whose every real key is owned is kept even when
+/// a filler's token is not.
+pub fn classify(children: &[PlannedChild], partitions: u64, leading_empty: u64) -> Verdict {
+    let owned = owned_keys(children, leading_empty);
+    if owned == 0 {
+        Verdict::Dropped
+    } else if owned >= partitions.saturating_sub(leading_empty) {
+        Verdict::Kept
+    } else {
+        Verdict::Split
+    }
+}
+
+/// Keys (not fillers) in the owned runs.
+fn owned_keys(children: &[PlannedChild], leading_empty: u64) -> u64 {
+    children
+        .iter()
+        .flat_map(|c| &c.runs)
+        .map(|r| (r.last_ordinal + 1).saturating_sub(r.first_ordinal.max(leading_empty)))
+        .sum()
+}
+
+/// How a cleanup runs.
+#[derive(Debug, Clone)]
+pub struct CleanupOptions {
+    /// Layout, digest, merge threshold, throttle and `--target-cassandra`, as for a split.
+    pub policy: Policy,
+    /// `Replace`: one transaction swaps the table's split and dropped sstables for the
+    /// children (Cassandra stopped). `Stage`: the children go to `out_dir` and the table is
+    /// not touched.
+    pub publish: Publish,
+    /// `Stage`: where the children go (a directory on the table's filesystem, not the table
+    /// directory). `Replace`: the table directory, or `None`.
+    pub out_dir: Option<PathBuf>,
+    /// Classify and plan; write nothing.
+    pub dry_run: bool,
+}
+
+/// One sstable's result.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SSTableCleanup {
+    /// The sstable's Data.db.
+    pub path: PathBuf,
+    pub verdict: Verdict,
+    /// Its keys (fillers of an earlier split not counted), the owned ones, the dropped ones.
+    pub partitions: u64,
+    pub owned_partitions: u64,
+    pub dropped_partitions: u64,
+    /// Apparent bytes of all its files.
+    pub file_bytes: u64,
+    /// Of its children's Data.db (split only; predicted in a dry run).
+    pub bytes_shared: u64,
+    pub bytes_copied: u64,
+    pub bytes_reencoded: u64,
+    /// The Statistics.db facts its children carry over.
+    pub level: Option<i32>,
+    pub repaired_at: Option<i64>,
+    pub pending_repair: Option<String>,
+    pub is_transient: Option<bool>,
+    /// Split, not a dry run: the published children.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildReport>,
+    /// Split, dry run: what each child would be.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<ChildPlan>,
+    pub plan_source: Option<PlanSource>,
+}
+
+/// What a cleanup of one table did (or, in a dry run, would do).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CleanupReport {
+    pub table_dir: PathBuf,
+    pub dry_run: bool,
+    pub publish: Publish,
+    /// Where the children went (the table directory for `replace`).
+    pub out_dir: PathBuf,
+    pub target_cassandra: String,
+    /// The owned ranges, `(start, end]`.
+    pub owned_ranges: Vec<super::ranges::RangeSpec>,
+    pub sstables: Vec<SSTableCleanup>,
+    pub kept: usize,
+    pub dropped: usize,
+    pub split: usize,
+    pub children: usize,
+    pub partitions_dropped: u64,
+    pub bytes_shared: u64,
+    pub bytes_copied: u64,
+    pub bytes_reencoded: u64,
+    /// Apparent bytes of the removed sstables minus those of their children (`replace`;
+    /// 0 for `stage` and a dry run). With reflink the children's shared extents stay
+    /// allocated, so this is also what the filesystem gets back.
+    pub bytes_reclaimed: u64,
+    /// `/proc/self/io` read_bytes / write_bytes during the cleanup (device-level).
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub seconds: f64,
+    /// What publication could not clean up after COMMIT (see `SplitReport::left_behind`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_behind: Vec<String>,
+}
+
+/// A cleanup refused before anything is written.
+#[derive(Debug, thiserror::Error)]
+pub enum CleanupError {
+    /// A secondary index of the table: its entries point at the base table's partitions,
+    /// and dropping or moving those without the index's own cleanup leaves it stale.
+    #[error("{table_dir} has a secondary index ({what} {path}): its entries would go stale when partitions are dropped or moved; cleave does not clean up indexed tables — use `nodetool cleanup` for this table", table_dir = .table_dir.display(), path = .path.display())]
+    SecondaryIndex {
+        table_dir: PathBuf,
+        path: PathBuf,
+        what: &'static str,
+    },
+    #[error("invalid cleanup request for {path}: {message}", path = .path.display())]
+    Invalid { path: PathBuf, message: String },
+    /// A transaction log in the table: Cassandra is compacting it, or an operation was
+    /// interrupted; which sstables are live is not settled until it finishes.
+    #[error("{log} is an unfinished transaction (a running compaction, or an interrupted operation): the live sstables are not settled; wait for it, or with Cassandra stopped run `cleave recover {table_dir}`", log = .log.display(), table_dir = .table_dir.display())]
+    Unfinished { table_dir: PathBuf, log: PathBuf },
+    #[error("{path}: {source}", path = .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CleanupError {
+    pub fn reason(&self) -> Reason {
+        match self {
+            CleanupError::SecondaryIndex { .. } => Reason::SecondaryIndexPresent,
+            CleanupError::Invalid { .. } => Reason::InvalidRequest,
+            CleanupError::Unfinished { .. } => Reason::TableBusy,
+            CleanupError::Io { source, .. } => Reason::of_io(source),
+        }
+    }
+    pub fn path(&self) -> &Path {
+        match self {
+            CleanupError::SecondaryIndex { path, .. }
+            | CleanupError::Invalid { path, .. }
+            | CleanupError::Io { path, .. } => path,
+            CleanupError::Unfinished { log, .. } => log,
+        }
+    }
+}
+
+/// The live sstables of a table directory (their Data.db), by generation.
+pub fn list_sstables(table_dir: &Path) -> Result<Vec<PathBuf>, CleanupError> {
+    let io = |source| CleanupError::Io {
+        path: table_dir.to_path_buf(),
+        source,
+    };
+    let mut v: Vec<(Descriptor, PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(table_dir).map_err(io)? {
+        let e = e.map_err(io)?;
+        if !e.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let path = e.path();
+        if let Ok((d, Component::Data)) = Descriptor::from_path(&path) {
+            v.push((d, path));
+        }
+    }
+    v.sort_by_key(|(d, p)| {
+        let seq = match d.id {
+            crate::sstable::SSTableId::Sequence(s) => s as u64,
+            _ => u64::MAX,
+        };
+        (seq, p.clone())
+    });
+    Ok(v.into_iter().map(|(_, p)| p).collect())
+}
+
+/// A secondary index of the table in `table_dir`, if any: a legacy index's own table
+/// directory `.<index name>` inside it (`Directories.SECONDARY_INDEX_NAME_SEPARATOR`; index
+/// names are word characters), or a per-sstable index component — SASI `SI_<name>.db`,
+/// SAI `SAI+<version>+….db` (5.0) and `SAI_….db` (DSE) — on any sstable (`Component::
+/// is_secondary_index`). cleave's own `.cleave-staging-…` directories have a `-`, so they
+/// are not index names.
+pub fn secondary_index(table_dir: &Path) -> Result<Option<(PathBuf, &'static str)>, CleanupError> {
+    let io = |source| CleanupError::Io {
+        path: table_dir.to_path_buf(),
+        source,
+    };
+    for e in std::fs::read_dir(table_dir).map_err(io)? {
+        let e = e.map_err(io)?;
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            if let Some(index) = name.strip_prefix('.') {
+                if !index.is_empty() && index.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
+                    return Ok(Some((e.path(), "index directory")));
+                }
+            }
+        } else if let Ok((_, c)) = Descriptor::from_path(&e.path()) {
+            if c.is_secondary_index() {
+                return Ok(Some((e.path(), "index component")));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A transaction log in the table directory (Cassandra's or cleave's).
+fn unfinished_log(table_dir: &Path) -> Result<Option<PathBuf>, CleanupError> {
+    let io = |source| CleanupError::Io {
+        path: table_dir.to_path_buf(),
+        source,
+    };
+    for e in std::fs::read_dir(table_dir).map_err(io)? {
+        let e = e.map_err(io)?;
+        if e.file_name().to_str().is_some_and(publish::is_log_name) {
+            return Ok(Some(e.path()));
+        }
+    }
+    Ok(None)
+}
+
+/// The partitioner whose tokens these are (used only when the table has no sstable to say).
+fn partitioner_of(ranges: &[TokenRange]) -> Partitioner {
+    match ranges.first().map(|r| &r.left) {
+        Some(Token::Random(_)) => Partitioner::Random,
+        Some(Token::Bytes(_)) => Partitioner::ByteOrdered,
+        _ => Partitioner::Murmur3,
+    }
+}
+
+fn file_bytes(dir: &Path, d: &Descriptor) -> u64 {
+    publish::sstable_files(dir, d)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+fn uuid_string(b: &[u8; 16]) -> String {
+    uuid::Uuid::from_bytes(*b).hyphenated().to_string()
+}
+
+/// One parent with its plan and verdict.
+struct Planned {
+    parent: Parent,
+    verdict: Verdict,
+    plan: super::plan::Plan,
+    result: SSTableCleanup,
+}
+
+/// Cleans up the table in `table_dir` to the `owned` ranges; see the module comment. Fails
+/// with a typed reason and nothing changed on disk — `SecondaryIndexPresent`, `InvalidRequest`
+/// (owned ranges empty or overlapping, `--out` wrong), `CassandraRunning` (replace),
+/// `TableBusy` (a transaction log in the table), `Busy` (another cleave) — or, from the
+/// split pipeline, with its reason; any failure before COMMIT leaves every parent live.
+pub fn cleanup(
+    table_dir: &Path,
+    owned: &[TokenRange],
+    opts: &CleanupOptions,
+) -> Result<CleanupReport, SplitError> {
+    let started = Instant::now();
+    let io_before = crate::io::proc::io_counters().ok();
+    let invalid = |message: String| CleanupError::Invalid {
+        path: table_dir.to_path_buf(),
+        message,
+    };
+    if !table_dir.is_dir() {
+        return Err(invalid("not a directory".into()).into());
+    }
+    let canon = |p: &Path| {
+        std::fs::canonicalize(p).map_err(|source| CleanupError::Io {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    let table_canon = canon(table_dir)?;
+    let out_dir = match (opts.publish, &opts.out_dir) {
+        (Publish::Replace, None) => table_dir.to_path_buf(),
+        (Publish::Replace, Some(o)) => {
+            let o_canon = canon(o)?;
+            if o_canon != table_canon {
+                return Err(SplitError::Publish(PublishError::NotTableDir {
+                    table_dir: table_canon,
+                    out: o_canon,
+                }));
+            }
+            table_dir.to_path_buf()
+        }
+        (Publish::Stage, None) => {
+            return Err(invalid(
+                "--publish stage needs --out DIR (a directory on the table's filesystem, not the table directory)".into(),
+            )
+            .into())
+        }
+        (Publish::Stage, Some(o)) => {
+            if !o.is_dir() {
+                return Err(invalid(format!("--out {}: not a directory", o.display())).into());
+            }
+            if canon(o)? == table_canon {
+                return Err(invalid(format!(
+                    "--publish stage into the table directory {} would make the children live beside their parents (every owned row twice); stage elsewhere, or use --publish replace",
+                    table_dir.display()
+                ))
+                .into());
+            }
+            o.clone()
+        }
+    };
+    if let Some((path, what)) = secondary_index(table_dir)? {
+        return Err(CleanupError::SecondaryIndex {
+            table_dir: table_dir.to_path_buf(),
+            path,
+            what,
+        }
+        .into());
+    }
+    let target = Target {
+        out_dir: out_dir.clone(),
+        publish: opts.publish,
+        dry_run: opts.dry_run,
+    };
+    // The table's lock from before the first sstable is opened until publication (G1).
+    let lock = super::lock_table(table_dir, &target)?;
+    if let Some(log) = unfinished_log(table_dir)? {
+        return Err(CleanupError::Unfinished {
+            table_dir: table_dir.to_path_buf(),
+            log,
+        }
+        .into());
+    }
+    let paths = list_sstables(table_dir)?;
+    let mut parents = Vec::with_capacity(paths.len());
+    for p in &paths {
+        parents.push(Parent::open(p)?);
+    }
+    // The pages of the parents' Index.db and Data.db that this cleanup reads are dropped at
+    // the end; those a live node had cached stay (G9, as `split::run`).
+    let _evict = crate::io::residency::EvictAddedOnDrop::new(
+        &parents
+            .iter()
+            .flat_map(|p| {
+                [
+                    p.table().path(&Component::Index),
+                    p.data_path().to_path_buf(),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    );
+    let partitioner = parents
+        .first()
+        .map_or_else(|| partitioner_of(owned), |p| p.table().partitioner);
+    if let Some(p) = parents
+        .iter()
+        .find(|p| p.table().partitioner != partitioner)
+    {
+        return Err(invalid(format!(
+            "{} uses {}, the table's other sstables {}",
+            p.data_path().display(),
+            p.table().partitioner.class_name(),
+            partitioner.class_name()
+        ))
+        .into());
+    }
+    let owned = OwnedRanges {
+        ranges: owned.to_vec(),
+    };
+    owned.validate(partitioner).map_err(invalid)?;
+    // The Replace guard (`staged::preflight`: the out directory is the table directory and
+    // no process holds its files), asked before writing and again before publishing.
+    if opts.publish == Publish::Replace && !opts.dry_run {
+        if let Some(p) = parents.first() {
+            staged::preflight(p, table_dir, Publish::Replace)?;
+        }
+    }
+    let cut = Cut::Owned(owned.clone());
+    let mut planned = Vec::with_capacity(parents.len());
+    for parent in parents {
+        let plan = parent.plan(&cut, &opts.policy)?;
+        let lead = parent.leading_empty();
+        let children: Vec<PlannedChild> = plan.children.iter().map(|c| c.child.clone()).collect();
+        let verdict = classify(&children, plan.partitions, lead);
+        let keys = plan.partitions.saturating_sub(lead);
+        let owned_n = owned_keys(&children, lead);
+        let t = parent.table();
+        let st = t.statistics.stats.as_ref();
+        let mut result = SSTableCleanup {
+            path: parent.data_path().to_path_buf(),
+            verdict,
+            partitions: keys,
+            owned_partitions: owned_n,
+            dropped_partitions: keys - owned_n.min(keys),
+            file_bytes: file_bytes(parent.dir(), &t.descriptor),
+            bytes_shared: 0,
+            bytes_copied: 0,
+            bytes_reencoded: 0,
+            level: st.map(|s| s.sstable_level),
+            repaired_at: st.map(|s| s.repaired_at),
+            pending_repair: st
+                .and_then(|s| s.pending_repair.flatten())
+                .map(|u| uuid_string(&u)),
+            is_transient: st.and_then(|s| s.is_transient),
+            children: Vec::new(),
+            plan: Vec::new(),
+            plan_source: Some(plan.source),
+        };
+        if verdict == Verdict::Split && opts.dry_run {
+            for c in &plan.children {
+                result.bytes_shared += c.predicted.bytes_shared;
+                result.bytes_copied += c.predicted.bytes_copied;
+                result.bytes_reencoded += c.predicted.bytes_reencoded;
+            }
+            result.plan = plan.children.clone();
+        }
+        planned.push(Planned {
+            parent,
+            verdict,
+            plan,
+            result,
+        });
+    }
+    let mut report = CleanupReport {
+        table_dir: table_dir.to_path_buf(),
+        dry_run: opts.dry_run,
+        publish: opts.publish,
+        out_dir: out_dir.clone(),
+        target_cassandra: opts.policy.target.to_string(),
+        owned_ranges: owned
+            .ranges
+            .iter()
+            .map(|r| super::ranges::RangeSpec {
+                start: r.left.to_string(),
+                end: r.right.to_string(),
+            })
+            .collect(),
+        sstables: Vec::new(),
+        kept: 0,
+        dropped: 0,
+        split: 0,
+        children: 0,
+        partitions_dropped: 0,
+        bytes_shared: 0,
+        bytes_copied: 0,
+        bytes_reencoded: 0,
+        bytes_reclaimed: 0,
+        read_bytes: 0,
+        write_bytes: 0,
+        seconds: 0.0,
+        left_behind: Vec::new(),
+    };
+    if opts.dry_run {
+        report.sstables = planned.into_iter().map(|p| p.result).collect();
+        return Ok(finish(report, started, io_before));
+    }
+
+    // Every split sstable written into its own staging directory and checked: its
+    // children's keys are exactly its keys in the owned ranges (`write`'s `owned_fp`).
+    let mut staged: Vec<Staged<Checked>> = Vec::new();
+    for p in planned.iter().filter(|p| p.verdict == Verdict::Split) {
+        staged.push(p.plan.write(&out_dir)?.check()?);
+    }
+    let children: Vec<(PathBuf, Descriptor)> = staged
+        .iter()
+        .flat_map(|s| s.descs.iter().map(|d| (s.staging.clone(), d.clone())))
+        .collect();
+    let removed: Vec<Descriptor> = planned
+        .iter()
+        .filter(|p| p.verdict != Verdict::Kept)
+        .map(|p| p.parent.table().descriptor.clone())
+        .collect();
+    let published = match opts.publish {
+        Publish::Replace if removed.is_empty() => publish::Published::default(),
+        Publish::Replace => {
+            if let Some(p) = planned.first() {
+                staged::preflight(&p.parent, table_dir, Publish::Replace)?;
+            }
+            publish::replace_all(table_dir, &children, &removed, TxnOperation::Cleanup)?
+        }
+        Publish::Stage if children.is_empty() => publish::Published::default(),
+        Publish::Stage => publish::stage_all(&out_dir, &children)?,
+    };
+    drop(lock);
+    let mut finals = published.data_paths.into_iter();
+    let mut staged = staged.into_iter();
+    for mut p in planned {
+        if p.verdict == Verdict::Split {
+            if let Some(mut s) = staged.next() {
+                s.guard.disarm();
+                for mut c in std::mem::take(&mut s.reports) {
+                    if let Some(f) = finals.next() {
+                        c.path = f;
+                    }
+                    p.result.bytes_shared += c.bytes_shared;
+                    p.result.bytes_copied += c.bytes_copied;
+                    p.result.bytes_reencoded += c.bytes_reencoded;
+                    p.result.children.push(c);
+                }
+            }
+        }
+        report.sstables.push(p.result);
+    }
+    report.left_behind = published.left_behind;
+    if opts.publish == Publish::Replace {
+        let removed_bytes: u64 = report
+            .sstables
+            .iter()
+            .filter(|s| s.verdict != Verdict::Kept)
+            .map(|s| s.file_bytes)
+            .sum();
+        let children_bytes: u64 = report
+            .sstables
+            .iter()
+            .flat_map(|s| &s.children)
+            .filter_map(|c| Descriptor::from_path(&c.path).ok())
+            .map(|(d, _)| file_bytes(&d.dir.clone(), &d))
+            .sum();
+        report.bytes_reclaimed = removed_bytes.saturating_sub(children_bytes);
+    }
+    Ok(finish(report, started, io_before))
+}
+
+fn finish(
+    mut r: CleanupReport,
+    started: Instant,
+    io_before: Option<crate::io::proc::IoCounters>,
+) -> CleanupReport {
+    for s in &r.sstables {
+        match s.verdict {
+            Verdict::Kept => r.kept += 1,
+            Verdict::Dropped => r.dropped += 1,
+            Verdict::Split => r.split += 1,
+        }
+        r.children += s.children.len().max(s.plan.len());
+        r.partitions_dropped += s.dropped_partitions;
+        r.bytes_shared += s.bytes_shared;
+        r.bytes_copied += s.bytes_copied;
+        r.bytes_reencoded += s.bytes_reencoded;
+    }
+    if let (Some(a), Ok(b)) = (io_before, crate::io::proc::io_counters()) {
+        let d = b.since(&a);
+        r.read_bytes = d.read_bytes;
+        r.write_bytes = d.write_bytes;
+    }
+    r.seconds = started.elapsed().as_secs_f64();
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::plan::{Grouper, PlannedChild};
+    use super::*;
+
+    fn m(v: i64) -> Token {
+        Token::Murmur3(v)
+    }
+
+    /// Plans tokens at positions 0, 100, 200, … through the streaming grouper.
+    fn plan(tokens: &[i64], owned: &[(i64, i64)], merge: u64) -> Vec<PlannedChild> {
+        let o = OwnedRanges {
+            ranges: owned
+                .iter()
+                .map(|(l, r)| TokenRange::new(m(*l), m(*r)))
+                .collect(),
+        };
+        let len = tokens.len() as u64 * 100;
+        let mut g = Grouper::new(Cut::Owned(o), Partitioner::Murmur3, len, 100, 0);
+        for (i, t) in tokens.iter().enumerate() {
+            g.push(&[i as u8], &m(*t), i as u64 * 100, i as u64 * 10);
+        }
+        g.finish(merge, tokens.len() as u64 * 10)
+    }
+
+    #[test]
+    fn an_sstable_inside_the_owned_ranges_is_kept() {
+        let c = plan(&[1, 2, 3, 10], &[(0, 10), (20, 30)], 0);
+        assert_eq!(classify(&c, 4, 0), Verdict::Kept);
+        assert_eq!(c.len(), 1);
+        assert_eq!(
+            c[0].label, None,
+            "cleanup children keep the parent's metadata"
+        );
+    }
+
+    #[test]
+    fn an_sstable_outside_is_dropped() {
+        // (0, 10] excludes 0; 11..=20 lie between the ranges.
+        let c = plan(&[0, 11, 15, 20], &[(0, 10), (20, 30)], 0);
+        assert!(c.is_empty());
+        assert_eq!(classify(&c, 4, 0), Verdict::Dropped);
+    }
+
+    #[test]
+    fn an_sstable_across_a_bound_is_split_into_its_owned_runs() {
+        let c = plan(&[-5, 1, 2, 12, 13, 25, 26, 40], &[(0, 10), (20, 30)], 0);
+        assert_eq!(classify(&c, 8, 0), Verdict::Split);
+        let runs: Vec<(u64, u64)> = c
+            .iter()
+            .flat_map(|c| &c.runs)
+            .map(|r| (r.first_ordinal, r.last_ordinal))
+            .collect();
+        assert_eq!(runs, vec![(1, 2), (5, 6)]);
+        assert!(c.iter().all(|c| !c.merged));
+        // Small runs merge into one regrid child, as anticompaction's do.
+        let merged = plan(&[-5, 1, 2, 12, 13, 25, 26, 40], &[(0, 10), (20, 30)], 8);
+        assert_eq!(merged.len(), 1);
+        assert!(merged[0].merged);
+        assert_eq!(merged[0].partitions(), 4);
+    }
+
+    #[test]
+    fn wrapping_ranges_and_fillers() {
+        // (30, 0] wraps: -5 and 40 are owned.
+        let c = plan(&[-5, 1, 2, 40], &[(30, 0)], 0);
+        assert_eq!(classify(&c, 4, 0), Verdict::Split);
+        assert_eq!(c.iter().map(PlannedChild::partitions).sum::<u64>(), 2);
+        // A leading filler outside the owned ranges is not a key: still kept.
+        let c = plan(&[-5, 1, 2, 3], &[(0, 10)], 0);
+        assert_eq!(classify(&c, 4, 1), Verdict::Kept);
+        assert_eq!(classify(&c, 4, 0), Verdict::Split);
+    }
+}
