@@ -133,7 +133,9 @@ pub enum Import {
     kind = "RangeStream",
     namespaced,
     status = "JobStatus",
-    shortname = "rs",
+    // Not `rs`: that is ReplicaSet's, and `kubectl get rs` would list ReplicaSets
+    // (tests/install.rs checks every short name against the apiserver's api-resources).
+    shortname = "rstream",
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.sourceNode"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress.summary"}"#,
