@@ -110,7 +110,9 @@ pub struct Destination {
     /// `host:port` of the receiving sidecar.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
-    /// Or a Service (`name` or `name.namespace`) in front of it.
+    /// Or the headless Service governing the destination pod's StatefulSet (`name` or
+    /// `name.namespace`, cass-operator's `<cluster>-<dc>-all-pods-service`): cleave connects
+    /// to `<nodeName>.<service>.<namespace>.svc`, the pod's own DNS name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
 }
