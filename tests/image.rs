@@ -58,7 +58,8 @@ fn build_image(out: &Path) {
     let mut c = Command::new(repo().join("scripts/build-image.sh"));
     // The binary this test run built (cargo holds target/'s lock while tests run, so the
     // script must not run cargo itself).
-    c.env("CLEAVE_BINARY", cleave_bin()).env("CLEAVE_IMAGE", out);
+    c.env("CLEAVE_BINARY", cleave_bin())
+        .env("CLEAVE_IMAGE", out);
     let said = ok(c, None);
     eprintln!("{said}");
 }
@@ -111,7 +112,9 @@ fn image_builds_without_a_container_engine_and_runs_from_its_own_filesystem() {
     let info = inspect(&[]);
     let labels = &info["Labels"];
     assert_eq!(labels["org.opencontainers.image.version"], version.as_str());
-    let rev = labels["org.opencontainers.image.revision"].as_str().unwrap();
+    let rev = labels["org.opencontainers.image.revision"]
+        .as_str()
+        .unwrap();
     assert!(
         rev == revision || rev == format!("{revision}-dirty"),
         "revision label {rev}, HEAD {revision}"

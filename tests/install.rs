@@ -175,7 +175,15 @@ fn helm_lint_strict_with_every_value_set() {
     let c = chart.to_str().unwrap();
     helm(&["lint", "--strict", c, IMAGE[0], IMAGE[1]]);
     for v in ["all-features-values.yaml", "sidecar-stream-values.yaml"] {
-        helm(&["lint", "--strict", c, IMAGE[0], IMAGE[1], "-f", &ci_values(v)]);
+        helm(&[
+            "lint",
+            "--strict",
+            c,
+            IMAGE[0],
+            IMAGE[1],
+            "-f",
+            &ci_values(v),
+        ]);
     }
 }
 
@@ -659,22 +667,29 @@ fn third_party_or_skip(test: &str) -> Option<PathBuf> {
 fn short_names_are_not_built_ins(cluster: &Cluster) {
     let mut owners: Vec<(String, String)> = Vec::new();
     let mut collect = |path: &str| {
-        let v: Value = serde_json::from_str(&cluster.kubectl(&["get", "--raw", path], None)).unwrap();
+        let v: Value =
+            serde_json::from_str(&cluster.kubectl(&["get", "--raw", path], None)).unwrap();
         for r in v["resources"].as_array().into_iter().flatten() {
             for n in r["shortNames"].as_array().into_iter().flatten() {
-                owners.push((n.as_str().unwrap().to_string(), format!("{path} {}", r["name"])));
+                owners.push((
+                    n.as_str().unwrap().to_string(),
+                    format!("{path} {}", r["name"]),
+                ));
             }
         }
     };
     collect("/api/v1");
-    let groups: Value = serde_json::from_str(&cluster.kubectl(&["get", "--raw", "/apis"], None)).unwrap();
+    let groups: Value =
+        serde_json::from_str(&cluster.kubectl(&["get", "--raw", "/apis"], None)).unwrap();
     for g in groups["groups"].as_array().unwrap() {
         for v in g["versions"].as_array().unwrap() {
             collect(&format!("/apis/{}", v["groupVersion"].as_str().unwrap()));
         }
     }
     assert!(
-        owners.iter().any(|(n, o)| n == "rs" && o.contains("replicasets")),
+        owners
+            .iter()
+            .any(|(n, o)| n == "rs" && o.contains("replicasets")),
         "the apiserver's discovery lists ReplicaSet's rs: {owners:?}"
     );
     for ours in ["acj", "rstream"] {
@@ -713,7 +728,8 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
     for f in [
         chart().join("crds/cleave.dev.yaml"),
         fixtures.join("monitoring-crds.yaml"),
-        third_party.join("cass-operator/cassandra.datastax.com_cassandradatacenters.apiserver-1.20.yaml"),
+        third_party
+            .join("cass-operator/cassandra.datastax.com_cassandradatacenters.apiserver-1.20.yaml"),
         third_party.join("k8ssandra-operator/k8ssandra.io_k8ssandraclusters.apiserver-1.20.yaml"),
     ] {
         cluster.kubectl(&["apply", "--server-side", "-f", f.to_str().unwrap()], None);
@@ -808,13 +824,19 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
             "examples/cassandradatacenter.yaml {k} differs from the chart's NOTES.txt snippet"
         );
     }
-    assert!(doc_dc["spec"]["serviceAccount"].is_null(), "the deprecated serviceAccount");
+    assert!(
+        doc_dc["spec"]["serviceAccount"].is_null(),
+        "the deprecated serviceAccount"
+    );
     let tpl = &notes_spec["podTemplateSpec"];
     assert_eq!(
         tpl["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"], "cassandra",
         "cass-operator appends cassandra after cleave: kubectl must default to it"
     );
-    assert_eq!(tpl["spec"]["imagePullSecrets"], json!([{"name": "regcred"}]));
+    assert_eq!(
+        tpl["spec"]["imagePullSecrets"],
+        json!([{"name": "regcred"}])
+    );
     // Textually too: the example shows what NOTES.txt prints, line for line.
     let (_, text) = sidecar_snippet_dry(&cluster, "cass-text", &EXAMPLE_VALUES);
     let body: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
@@ -834,14 +856,31 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
     let accepted = cluster.dry_run("cass", &k8c_text, "examples/k8ssandracluster.yaml");
     let dc = &accepted[0]["spec"]["cassandra"]["datacenters"][0];
     let tspec = &tpl["spec"];
-    assert_eq!(dc["containers"], tspec["containers"], "k8ssandra: the chart's container");
-    assert_eq!(dc["extraVolumes"]["volumes"], tspec["volumes"], "k8ssandra: the chart's volumes");
+    assert_eq!(
+        dc["containers"], tspec["containers"],
+        "k8ssandra: the chart's container"
+    );
+    assert_eq!(
+        dc["extraVolumes"]["volumes"], tspec["volumes"],
+        "k8ssandra: the chart's volumes"
+    );
     assert_eq!(dc["serviceAccount"], notes_spec["serviceAccountName"]);
     assert_eq!(dc["metadata"]["pods"]["labels"], tpl["metadata"]["labels"]);
-    assert_eq!(dc["metadata"]["pods"]["annotations"], tpl["metadata"]["annotations"]);
+    assert_eq!(
+        dc["metadata"]["pods"]["annotations"],
+        tpl["metadata"]["annotations"]
+    );
     // Its missing imagePullSecrets field: the chart's ServiceAccount carries them.
     let sa: Value = serde_json::from_str(&cluster.kubectl(
-        &["get", "serviceaccount", "cleave", "-n", "cass", "-o", "json"],
+        &[
+            "get",
+            "serviceaccount",
+            "cleave",
+            "-n",
+            "cass",
+            "-o",
+            "json",
+        ],
         None,
     ))
     .unwrap();
@@ -892,7 +931,10 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
         args.extend_from_slice(extra);
         helm_fails(&args)
     };
-    let tls_values = ["--set", "stream.enabled=true,stream.secretName=cleave-stream"];
+    let tls_values = [
+        "--set",
+        "stream.enabled=true,stream.secretName=cleave-stream",
+    ];
     let err = install_fails(&tls_values);
     assert!(
         err.contains("Secret cass-stream/cleave-stream does not exist"),
@@ -905,7 +947,10 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
         .map(|(_, b)| b)
         .find(|b| b.contains("kind: Secret") && b.contains("name: cleave-stream"))
         .expect("docs/install.md shows the stream Secret");
-    cluster.kubectl(&["apply", "-n", "cass-stream", "-f", "-"], Some(&token_secret));
+    cluster.kubectl(
+        &["apply", "-n", "cass-stream", "-f", "-"],
+        Some(&token_secret),
+    );
     let err = install_fails(&tls_values);
     assert!(err.contains("has no key \"tls.crt\""), "{err}");
     // ...and accepted as the docs say it is used: stream.tls=false with plaintext allowed
@@ -1069,10 +1114,22 @@ fn lost_node_uninstall(cluster: &Cluster, install_md: &str) {
     let stream = "apiVersion: cleave.dev/v1alpha1\nkind: RangeStream\nmetadata:\n  name: orphan-stream\n  namespace: cass\n  labels: {cleave.dev/node: gone-node}\n  finalizers: [cleave.dev/cleanup]\nspec:\n  sourceNode: gone-node\n  destination: {nodeName: n2, endpoint: \"127.0.0.1:1\"}\n  keyspace: ks\n  ranges:\n    - {start: \"0\", end: \"1\"}\n";
     cluster.kubectl(
         &["apply", "-f", "-"],
-        Some(&format!("{}---\n{}---\n{stream}", job("orphan-1"), job("orphan-2"))),
+        Some(&format!(
+            "{}---\n{}---\n{stream}",
+            job("orphan-1"),
+            job("orphan-2")
+        )),
     );
     cluster.kubectl(
-        &["delete", "-n", "cass", "acj/orphan-1", "acj/orphan-2", "rstream/orphan-stream", "--wait=false"],
+        &[
+            "delete",
+            "-n",
+            "cass",
+            "acj/orphan-1",
+            "acj/orphan-2",
+            "rstream/orphan-stream",
+            "--wait=false",
+        ],
         None,
     );
     std::thread::sleep(Duration::from_secs(2));
@@ -1088,7 +1145,11 @@ fn lost_node_uninstall(cluster: &Cluster, install_md: &str) {
         .env("KUBECONFIG", &cluster.kubeconfig)
         .env(
             "PATH",
-            format!("{}:{}", cache_bin().display(), std::env::var("PATH").unwrap_or_default()),
+            format!(
+                "{}:{}",
+                cache_bin().display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
         );
     ok(sh, None);
     let t = Instant::now();

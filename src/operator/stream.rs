@@ -719,7 +719,10 @@ mod tests {
         assert_eq!(r("recv").as_deref(), Some("n2.recv.db.svc:7070"));
         assert_eq!(r("recv.other").as_deref(), Some("n2.recv.other.svc:7070"));
         assert_eq!(r("recv:7171").as_deref(), Some("n2.recv.db.svc:7171"));
-        assert_eq!(r("recv.other.svc:1").as_deref(), Some("n2.recv.other.svc:1"));
+        assert_eq!(
+            r("recv.other.svc:1").as_deref(),
+            Some("n2.recv.other.svc:1")
+        );
         let mut d = dest(None, Some("recv"));
         d.node_name = "a.b".into();
         assert_eq!(
