@@ -987,6 +987,8 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
         "--dry-run=client",
         "--kubeconfig",
         cluster.kubeconfig.to_str().unwrap(),
+        IMAGE[0],
+        IMAGE[1],
         "-f",
         &ci_values("all-features-values.yaml"),
     ]);
