@@ -10,3 +10,4 @@ pub mod progress;
 pub mod run;
 pub mod split;
 pub mod stream;
+pub mod validate;

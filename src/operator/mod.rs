@@ -10,3 +10,4 @@ pub mod metrics;
 pub mod reconcile;
 pub mod status;
 pub mod stream;
+pub mod validate_cli;
