@@ -14,10 +14,12 @@ export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"
 step() { printf '\n==> %s\n' "$*"; }
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  step "system packages: xfsprogs (loop XFS with reflink for the zero-copy tests)"
-  if ! command -v mkfs.xfs >/dev/null || ! command -v mkfs.ext4 >/dev/null; then
+  step "system packages: xfsprogs (loop XFS with reflink for the zero-copy tests), umoci, skopeo, binutils (the image test)"
+  if ! command -v mkfs.xfs >/dev/null || ! command -v mkfs.ext4 >/dev/null \
+      || ! command -v umoci >/dev/null || ! command -v skopeo >/dev/null || ! command -v strip >/dev/null; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xfsprogs e2fsprogs >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      xfsprogs e2fsprogs umoci skopeo binutils >/dev/null
   fi
 else
   echo "not root or no apt-get: tests that mount a loop XFS will say why they skip"

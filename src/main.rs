@@ -44,6 +44,8 @@ enum Command {
     Bench(cli::bench::BenchArgs),
     /// Ship sstables to another node, verified per chunk (docs/stream.md).
     Stream(cli::stream::StreamArgs),
+    /// Check AnticompactionJob/RangeStream manifests with the controller's own rules.
+    Validate(cli::validate::ValidateArgs),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
         Command::Gen(a) => cli::gen::run(a),
         Command::Bench(a) => cli::bench::run(a),
         Command::Stream(a) => cli::stream::run(a),
+        Command::Validate(a) => cli::validate::run(a),
     };
     match result {
         Ok(code) => code,

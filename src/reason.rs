@@ -380,7 +380,10 @@ mod tests {
     #[test]
     fn docs_operator_md_has_the_generated_reasons_table() {
         let doc = include_str!("../docs/operator.md");
-        let want = format!("<!-- reasons:begin -->\n{}<!-- reasons:end -->", markdown_table());
+        let want = format!(
+            "<!-- reasons:begin -->\n{}<!-- reasons:end -->",
+            markdown_table()
+        );
         assert!(
             doc.contains(&want),
             "docs/operator.md's reasons table is not reason::markdown_table(); put this between the markers:\n{want}"

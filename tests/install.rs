@@ -63,10 +63,23 @@ fn helm_fails(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The image every render of the tests names (the chart has no default: there is no public
+/// image, and the chart refuses to render without one).
+const IMAGE: [&str; 2] = ["--set", "image.repository=registry.example.com/cleave"];
+
+/// The values examples/cassandradatacenter.yaml and examples/k8ssandracluster.yaml show.
+const EXAMPLE_VALUES: [&str; 4] = [
+    "--set",
+    "image.repository=registry.example.com/cleave",
+    "--set",
+    "imagePullSecrets[0].name=regcred",
+];
+
 /// `helm template` of the chart as release `cleave` in `ns` with these extra arguments.
 fn template(ns: &str, extra: &[&str]) -> String {
     let chart = chart();
     let mut args = vec!["template", "cleave", chart.to_str().unwrap(), "-n", ns];
+    args.extend_from_slice(&IMAGE);
     args.extend_from_slice(extra);
     helm(&args)
 }
@@ -160,9 +173,17 @@ fn helm_lint_strict_with_every_value_set() {
     }
     let chart = chart();
     let c = chart.to_str().unwrap();
-    helm(&["lint", "--strict", c]);
+    helm(&["lint", "--strict", c, IMAGE[0], IMAGE[1]]);
     for v in ["all-features-values.yaml", "sidecar-stream-values.yaml"] {
-        helm(&["lint", "--strict", c, "-f", &ci_values(v)]);
+        helm(&[
+            "lint",
+            "--strict",
+            c,
+            IMAGE[0],
+            IMAGE[1],
+            "-f",
+            &ci_values(v),
+        ]);
     }
 }
 
@@ -202,6 +223,32 @@ fn values_schema_rejects_typos_and_bad_values() {
         "networkPolicy.enabled=true",
     ]);
     assert!(err.contains("isolate"), "{err}");
+    // No image, no install: the message says how to get one.
+    let err = helm_fails(&["template", "t", chart().to_str().unwrap()]);
+    assert!(
+        err.contains("image.repository is not set") && err.contains("scripts/build-image.sh"),
+        "{err}"
+    );
+    // A token-only receiver without TLS must say it is plaintext; no authentication at all
+    // is refused.
+    let c = chart();
+    for (set, says) in [
+        ("stream.tls=false", "stream.insecurePlaintext=true"),
+        ("stream.tls=false,stream.token=false", "unauthenticated"),
+    ] {
+        let err = helm_fails(&[
+            "template",
+            "t",
+            c.to_str().unwrap(),
+            IMAGE[0],
+            IMAGE[1],
+            "--set",
+            "stream.enabled=true,stream.secretName=s",
+            "--set",
+            set,
+        ]);
+        assert!(err.contains(says), "--set {set}: {err}");
+    }
 }
 
 /// The rules of the Role, exactly: what cleave needs and nothing else.
@@ -229,7 +276,8 @@ fn rbac_rules_are_exactly_the_least_privilege_set() {
         json!({"apiGroups": ["cleave.dev"], "resources": ["anticompactionjobs/finalizers", "rangestreams/finalizers"], "verbs": ["update"]}),
         json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}),
     ];
-    let secret = json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["cleave-stream"], "verbs": ["get"]});
+    // No Secret either, with the stream on: nothing in src/ reads a Secret through the API
+    // (the stream credentials are files the kubelet mounts, which needs no grant).
     let d = yaml_docs(&template("cass", &[]));
     assert_eq!(rules_of(&d, "Role", "cleave"), core);
     assert!(find(&d, "ClusterRole").is_empty());
@@ -237,18 +285,15 @@ fn rbac_rules_are_exactly_the_least_privilege_set() {
         "cass",
         &["-f", &ci_values("sidecar-stream-values.yaml")],
     ));
-    let mut with_secret = core.clone();
-    with_secret.push(secret.clone());
-    assert_eq!(rules_of(&d, "Role", "cleave"), with_secret);
+    assert_eq!(rules_of(&d, "Role", "cleave"), core);
     let d = yaml_docs(&template(
         "cass",
         &["-f", &ci_values("all-features-values.yaml")],
     ));
     assert_eq!(rules_of(&d, "ClusterRole", "cleave"), core);
-    assert_eq!(
-        rules_of(&d, "Role", "cleave-stream-secret"),
-        vec![secret],
-        "cluster-wide: the Secret stays a namespaced grant"
+    assert!(
+        find(&d, "Role").is_empty(),
+        "cluster-wide: no Role besides the ClusterRole"
     );
     // Without the monitoring API the monitors are not rendered, whatever the values say.
     let d = yaml_docs(&template(
@@ -398,7 +443,8 @@ fn dockerfile_builds_the_ci_binary() {
         "scripts/test.sh must build the release binary after `cargo test`"
     );
     assert!(df.contains("COPY target/release/cleave"));
-    assert!(df.contains("strip --strip-debug"));
+    let script = std::fs::read_to_string(repo().join("scripts/build-image.sh")).unwrap();
+    assert!(script.contains("strip --strip-debug"));
     let values = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
     let chart_yaml = std::fs::read_to_string(chart().join("Chart.yaml")).unwrap();
     let cargo = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
@@ -411,7 +457,10 @@ fn dockerfile_builds_the_ci_binary() {
         chart_yaml.contains(&format!("appVersion: \"{version}\"")),
         "Chart.yaml appVersion is not the crate version {version}"
     );
-    assert!(values.contains("repository: ghcr.io/cleave-dev/cleave"));
+    assert!(
+        values.contains("  repository: \"\"\n"),
+        "image.repository has no default: there is no public image to pull"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -492,12 +541,12 @@ fn cass_operator_pod(dc_spec: &Value, name: &str) -> Value {
     let mut volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
     volumes.push(json!({"name": "server-data", "persistentVolumeClaim": {"claimName": format!("server-data-{name}")}}));
     spec["volumes"] = Value::Array(volumes);
-    spec["serviceAccountName"] = dc_spec["serviceAccount"].clone();
+    spec["serviceAccountName"] = dc_spec["serviceAccountName"].clone();
     spec["securityContext"] = json!({"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999});
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": tpl["metadata"]["labels"]},
+        "metadata": {"name": name, "labels": tpl["metadata"]["labels"], "annotations": tpl["metadata"]["annotations"]},
         "spec": spec,
     })
 }
@@ -527,6 +576,7 @@ fn notes_snippet(cluster: &Cluster, ns: &str, extra: &[&str], mode: &str) -> (Va
         "--kubeconfig",
         cluster.kubeconfig.to_str().unwrap(),
     ];
+    args.extend_from_slice(&IMAGE);
     args.extend_from_slice(extra);
     let out = helm(&args);
     let notes = out
@@ -593,6 +643,69 @@ fn sidecar_pod_accepted(cluster: &Cluster, ns: &str, dc_spec: &Value) -> Value {
     pod
 }
 
+/// `../shared/third-party` (or `$CLEAVE_SHARED/third-party`), or `None` with the reason.
+fn third_party_or_skip(test: &str) -> Option<PathBuf> {
+    let base = std::env::var_os("CLEAVE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("../shared"));
+    let d = base.join("third-party");
+    let ok = d
+        .join("cass-operator/cassandra.datastax.com_cassandradatacenters.apiserver-1.20.yaml")
+        .is_file();
+    if !ok {
+        eprintln!(
+            "SKIP {test}: no {} (the operators' CRDs; set CLEAVE_SHARED)",
+            d.display()
+        );
+    }
+    ok.then_some(d)
+}
+
+/// Every short name of cleave's CRDs belongs to it alone among the resources the apiserver
+/// serves (its discovery documents, what `kubectl api-resources` prints): `kubectl get
+/// acj,rstream` must never list another kind. `rs` is ReplicaSet's.
+fn short_names_are_not_built_ins(cluster: &Cluster) {
+    let mut owners: Vec<(String, String)> = Vec::new();
+    let mut collect = |path: &str| {
+        let v: Value =
+            serde_json::from_str(&cluster.kubectl(&["get", "--raw", path], None)).unwrap();
+        for r in v["resources"].as_array().into_iter().flatten() {
+            for n in r["shortNames"].as_array().into_iter().flatten() {
+                owners.push((
+                    n.as_str().unwrap().to_string(),
+                    format!("{path} {}", r["name"]),
+                ));
+            }
+        }
+    };
+    collect("/api/v1");
+    let groups: Value =
+        serde_json::from_str(&cluster.kubectl(&["get", "--raw", "/apis"], None)).unwrap();
+    for g in groups["groups"].as_array().unwrap() {
+        for v in g["versions"].as_array().unwrap() {
+            collect(&format!("/apis/{}", v["groupVersion"].as_str().unwrap()));
+        }
+    }
+    assert!(
+        owners
+            .iter()
+            .any(|(n, o)| n == "rs" && o.contains("replicasets")),
+        "the apiserver's discovery lists ReplicaSet's rs: {owners:?}"
+    );
+    for ours in ["acj", "rstream"] {
+        let who: BTreeSet<&str> = owners
+            .iter()
+            .filter(|(n, _)| n == ours)
+            .map(|(_, o)| o.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(
+            who.into_iter().collect::<Vec<_>>(),
+            ["/apis/cleave.dev/v1alpha1"],
+            "short name {ours} is not cleave's alone"
+        );
+    }
+}
+
 /// Flags in the chart's `cleave run` line that CONTRACT.md names but this build's
 /// `cleave run` does not parse yet. Empty since the operator and stream issues landed: every
 /// flag the chart passes must parse, and any unknown flag fails the test.
@@ -603,6 +716,11 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
     if !tools_or_skip("install e2e") {
         return;
     }
+    // The operators' own CRDs (cass-operator, k8ssandra-operator), in the copies the 1.20
+    // apiserver accepts (../shared/third-party/README.md).
+    let Some(third_party) = third_party_or_skip("install e2e") else {
+        return;
+    };
     let t0 = Instant::now();
     let cluster = Cluster::start();
     eprintln!("control plane up in {:?}", t0.elapsed());
@@ -610,7 +728,9 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
     for f in [
         chart().join("crds/cleave.dev.yaml"),
         fixtures.join("monitoring-crds.yaml"),
-        fixtures.join("cassandradatacenter-crd.yaml"),
+        third_party
+            .join("cass-operator/cassandra.datastax.com_cassandradatacenters.apiserver-1.20.yaml"),
+        third_party.join("k8ssandra-operator/k8ssandra.io_k8ssandraclusters.apiserver-1.20.yaml"),
     ] {
         cluster.kubectl(&["apply", "--server-side", "-f", f.to_str().unwrap()], None);
     }
@@ -626,9 +746,11 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
             "crd/podmonitors.monitoring.coreos.com",
             "crd/prometheusrules.monitoring.coreos.com",
             "crd/cassandradatacenters.cassandra.datastax.com",
+            "crd/k8ssandraclusters.k8ssandra.io",
         ],
         None,
     );
+    short_names_are_not_built_ins(&cluster);
     for ns in ["cass", "docs", "cleave-e2e", "cleave-e2e-stream"] {
         cluster.kubectl(&["create", "namespace", ns], None);
     }
@@ -690,32 +812,79 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
     //    are there already, so Helm skips crds/ as on any upgrade), then the sidecar snippet
     //    as NOTES.txt prints it, the same as docs/install.md shows it,
     //    merged into the pod cass-operator builds: accepted as a Pod.
-    let notes_spec = sidecar_snippet(&cluster, "cass", &[]);
-    let install_md = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
-    let doc_dc = yaml_blocks(&repo().join("docs/install.md"))
-        .into_iter()
-        .map(|(_, b)| b)
-        .find(|b| b.contains("kind: CassandraDatacenter"))
-        .expect("docs/install.md shows a CassandraDatacenter");
-    let doc_dc = &yaml_docs(&doc_dc)[0];
-    for k in ["serviceAccount", "podTemplateSpec"] {
+    //    The examples are that snippet, for cass-operator and for k8ssandra-operator (one
+    //    source: the chart's template), and the operators' own CRDs accept them.
+    let notes_spec = sidecar_snippet(&cluster, "cass", &EXAMPLE_VALUES);
+    let example = |name: &str| std::fs::read_to_string(repo().join("examples").join(name)).unwrap();
+    let dc_text = example("cassandradatacenter.yaml");
+    let doc_dc = &yaml_docs(&dc_text)[0];
+    for k in ["serviceAccountName", "podTemplateSpec"] {
         assert_eq!(
             &doc_dc["spec"][k], &notes_spec[k],
-            "docs/install.md's CassandraDatacenter {k} differs from the chart's NOTES.txt snippet"
+            "examples/cassandradatacenter.yaml {k} differs from the chart's NOTES.txt snippet"
         );
     }
-    // Textually too: the docs show what NOTES.txt prints, line for line.
-    let (_, text) = sidecar_snippet_dry(&cluster, "cass-text", &[]);
+    assert!(
+        doc_dc["spec"]["serviceAccount"].is_null(),
+        "the deprecated serviceAccount"
+    );
+    let tpl = &notes_spec["podTemplateSpec"];
+    assert_eq!(
+        tpl["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"], "cassandra",
+        "cass-operator appends cassandra after cleave: kubectl must default to it"
+    );
+    assert_eq!(
+        tpl["spec"]["imagePullSecrets"],
+        json!([{"name": "regcred"}])
+    );
+    // Textually too: the example shows what NOTES.txt prints, line for line.
+    let (_, text) = sidecar_snippet_dry(&cluster, "cass-text", &EXAMPLE_VALUES);
     let body: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
     assert!(
-        install_md.contains(&body),
-        "docs/install.md does not show the NOTES.txt snippet verbatim:\n{body}"
+        dc_text.contains(&body),
+        "examples/cassandradatacenter.yaml does not show the NOTES.txt snippet verbatim:\n{body}"
     );
-    cluster.dry_run(
-        "cass",
-        &serde_json::to_string(doc_dc).unwrap(),
-        "the CassandraDatacenter of docs/install.md",
+    let accepted = cluster.dry_run("cass", &dc_text, "examples/cassandradatacenter.yaml");
+    assert_eq!(
+        accepted[0]["spec"]["podTemplateSpec"]["spec"]["containers"][0]["name"], "cleave",
+        "cass-operator's CRD kept the sidecar (no field pruned): {}",
+        accepted[0]
     );
+    // K8ssandraCluster: the same container, volumes, labels, annotation and ServiceAccount
+    // through its own fields; its CRD prunes nothing of them.
+    let k8c_text = example("k8ssandracluster.yaml");
+    let accepted = cluster.dry_run("cass", &k8c_text, "examples/k8ssandracluster.yaml");
+    let dc = &accepted[0]["spec"]["cassandra"]["datacenters"][0];
+    let tspec = &tpl["spec"];
+    assert_eq!(
+        dc["containers"], tspec["containers"],
+        "k8ssandra: the chart's container"
+    );
+    assert_eq!(
+        dc["extraVolumes"]["volumes"], tspec["volumes"],
+        "k8ssandra: the chart's volumes"
+    );
+    assert_eq!(dc["serviceAccount"], notes_spec["serviceAccountName"]);
+    assert_eq!(dc["metadata"]["pods"]["labels"], tpl["metadata"]["labels"]);
+    assert_eq!(
+        dc["metadata"]["pods"]["annotations"],
+        tpl["metadata"]["annotations"]
+    );
+    // Its missing imagePullSecrets field: the chart's ServiceAccount carries them.
+    let sa: Value = serde_json::from_str(&cluster.kubectl(
+        &[
+            "get",
+            "serviceaccount",
+            "cleave",
+            "-n",
+            "cass",
+            "-o",
+            "json",
+        ],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(sa["imagePullSecrets"], json!([{"name": "regcred"}]), "{sa}");
     let pod = sidecar_pod_accepted(&cluster, "cass", &doc_dc["spec"]);
     assert_eq!(pod["spec"]["shareProcessNamespace"], true);
     // `helm upgrade` of that release works against the real apiserver (CRDs untouched, as
@@ -743,8 +912,49 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
         !svc.status.success(),
         "helm upgrade removed the metrics Service"
     );
-    // With the receiver on: its port, and the credentials Secret mounted read-only.
+    // With the receiver on: the install checks the Secret has the keys the flags name (a
+    // sidecar that cannot read them crash-loops and takes its Cassandra pod out of Ready).
     cluster.kubectl(&["create", "namespace", "cass-stream"], None);
+    let install_fails = |extra: &[&str]| -> String {
+        let c = chart();
+        let mut args = vec![
+            "install",
+            "cleave",
+            c.to_str().unwrap(),
+            "-n",
+            "cass-stream",
+            "--kubeconfig",
+            cluster.kubeconfig.to_str().unwrap(),
+            IMAGE[0],
+            IMAGE[1],
+        ];
+        args.extend_from_slice(extra);
+        helm_fails(&args)
+    };
+    let tls_values = [
+        "--set",
+        "stream.enabled=true,stream.secretName=cleave-stream",
+    ];
+    let err = install_fails(&tls_values);
+    assert!(
+        err.contains("Secret cass-stream/cleave-stream does not exist"),
+        "{err}"
+    );
+    // The token-only Secret of docs/install.md, with the default stream.tls=true: refused,
+    // naming the first missing key.
+    let token_secret = yaml_blocks(&repo().join("docs/install.md"))
+        .into_iter()
+        .map(|(_, b)| b)
+        .find(|b| b.contains("kind: Secret") && b.contains("name: cleave-stream"))
+        .expect("docs/install.md shows the stream Secret");
+    cluster.kubectl(
+        &["apply", "-n", "cass-stream", "-f", "-"],
+        Some(&token_secret),
+    );
+    let err = install_fails(&tls_values);
+    assert!(err.contains("has no key \"tls.crt\""), "{err}");
+    // ...and accepted as the docs say it is used: stream.tls=false with plaintext allowed
+    // (the CI values), below.
     let spec = sidecar_snippet(
         &cluster,
         "cass-stream",
@@ -777,6 +987,8 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
         "--dry-run=client",
         "--kubeconfig",
         cluster.kubeconfig.to_str().unwrap(),
+        IMAGE[0],
+        IMAGE[1],
         "-f",
         &ci_values("all-features-values.yaml"),
     ]);
@@ -801,10 +1013,14 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     examples.sort();
-    assert!(examples.len() >= 5, "{examples:?}");
+    assert!(examples.len() >= 7, "{examples:?}");
     for e in &examples {
         let text = std::fs::read_to_string(e).unwrap();
-        let objs = cluster.dry_run("docs", &text, &e.display().to_string());
+        let ns = yaml_docs(&text)[0]["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("docs")
+            .to_string();
+        let objs = cluster.dry_run(&ns, &text, &e.display().to_string());
         for o in &objs {
             let node = o["spec"]["nodeName"]
                 .as_str()
@@ -872,10 +1088,81 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
         examples.len()
     );
 
+    lost_node_uninstall(&cluster, &install_md_text());
+
     // 4. RBAC enough: the chart installed for real (defaults), `cleave run` with its
     //    ServiceAccount's token completes a job; and no more: `kubectl auth can-i`.
     rbac_end_to_end(&cluster);
     eprintln!("install e2e done in {:?}", t0.elapsed());
+}
+
+fn install_md_text() -> String {
+    std::fs::read_to_string(repo().join("docs/install.md")).unwrap()
+}
+
+/// Uninstall while a node is gone: its jobs keep the finalizer `cleave.dev/cleanup` that
+/// only that node's cleave removes, so `kubectl delete` hangs. The command docs/install.md
+/// gives, run as it is written (namespace `cass`), releases them.
+fn lost_node_uninstall(cluster: &Cluster, install_md: &str) {
+    let cmd = install_md
+        .lines()
+        .find(|l| l.starts_with("kubectl -n cass get acj,rstream -o name | xargs"))
+        .expect("docs/install.md gives the lost-node finalizer command");
+    let job = |name: &str| {
+        format!(
+            "apiVersion: cleave.dev/v1alpha1\nkind: AnticompactionJob\nmetadata:\n  name: {name}\n  namespace: cass\n  labels: {{cleave.dev/node: gone-node}}\n  finalizers: [cleave.dev/cleanup]\nspec:\n  nodeName: gone-node\n  keyspace: ks\n  ranges:\n    - {{start: \"0\", end: \"1\"}}\n  repairedAt: 1700000000000\n"
+        )
+    };
+    let stream = "apiVersion: cleave.dev/v1alpha1\nkind: RangeStream\nmetadata:\n  name: orphan-stream\n  namespace: cass\n  labels: {cleave.dev/node: gone-node}\n  finalizers: [cleave.dev/cleanup]\nspec:\n  sourceNode: gone-node\n  destination: {nodeName: n2, endpoint: \"127.0.0.1:1\"}\n  keyspace: ks\n  ranges:\n    - {start: \"0\", end: \"1\"}\n";
+    cluster.kubectl(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---\n{}---\n{stream}",
+            job("orphan-1"),
+            job("orphan-2")
+        )),
+    );
+    cluster.kubectl(
+        &[
+            "delete",
+            "-n",
+            "cass",
+            "acj/orphan-1",
+            "acj/orphan-2",
+            "rstream/orphan-stream",
+            "--wait=false",
+        ],
+        None,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let left = || cluster.kubectl(&["get", "-n", "cass", "acj,rstream", "-o", "name"], None);
+    assert_eq!(
+        left().lines().count(),
+        3,
+        "nothing removes the finalizer of a gone node: the delete waits"
+    );
+    let mut sh = Command::new("sh");
+    sh.arg("-c")
+        .arg(cmd)
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                cache_bin().display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        );
+    ok(sh, None);
+    let t = Instant::now();
+    while !left().trim().is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "still there after the documented command: {}",
+            left()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }
 
 fn rbac_end_to_end(cluster: &Cluster) {
@@ -1009,14 +1296,13 @@ fn rbac_end_to_end(cluster: &Cluster) {
     ] {
         assert_eq!(can_i(&sa, args), want, "default chart: can-i {args:?}");
     }
-    // With the stream on: exactly the stream Secret, by name.
-    assert!(can_i(&sa_stream, &["get", "secrets/cleave-stream"]));
+    // With the stream on: still no Secret (the credentials are mounted files).
+    assert!(!can_i(&sa_stream, &["get", "secrets/cleave-stream"]));
     assert!(!can_i(&sa_stream, &["get", "secrets/other"]));
     assert!(!can_i(&sa_stream, &["list", "secrets"]));
     assert!(!can_i(&sa_stream, &["watch", "secrets"]));
 
-    // Cluster-wide (every optional feature on): every namespace's jobs, but still only the
-    // release namespace's stream Secret.
+    // Cluster-wide (every optional feature on): every namespace's jobs, and no Secret.
     let cw_ns = "cleave-e2e-cw";
     cluster.kubectl(&["create", "namespace", cw_ns], None);
     let rendered = template(cw_ns, &["-f", &ci_values("all-features-values.yaml")]);
@@ -1026,7 +1312,7 @@ fn rbac_end_to_end(cluster: &Cluster) {
         (&["list", "anticompactionjobs.cleave.dev", "-A"][..], true),
         (&["watch", "rangestreams.cleave.dev", "-n", "default"], true),
         (&["create", "events.events.k8s.io", "-n", "default"], true),
-        (&["get", "secrets/cleave-stream"], true),
+        (&["get", "secrets/cleave-stream"], false),
         (&["get", "secrets/cleave-stream", "-n", "default"], false),
         (&["list", "secrets", "-A"], false),
         (&["get", "pods", "-A"], false),
@@ -1150,6 +1436,11 @@ fn rbac_end_to_end(cluster: &Cluster) {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+    let metrics = http_get(port, "/metrics").unwrap_or_default();
+    assert!(
+        metrics.lines().any(|l| l == "cleave_ready 1"),
+        "cleave_ready is 1 once /readyz answers 200:\n{metrics}"
+    );
     let job = format!(
         "apiVersion: cleave.dev/v1alpha1\nkind: AnticompactionJob\nmetadata:\n  name: rbac-job\n  namespace: {ns}\n  labels: {{cleave.dev/node: n1}}\nspec:\n  nodeName: n1\n  keyspace: ks\n  ranges:\n    - {{start: \"-9223372036854775808\", end: \"0\"}}\n  repairedAt: 1700000000000\n  ttlSecondsAfterFinished: 3\n"
     );

@@ -384,6 +384,7 @@ fn sample_manifest(id: &str) -> manifest::Manifest {
         version: "nb".into(),
         import: Import::None,
         source: None,
+        destination: None,
         files: vec![
             manifest::FileEntry {
                 component: "CompressionInfo.db".into(),
@@ -549,6 +550,7 @@ fn name(id: &str) -> cleave::stream::send::ChildName {
         table: "t".into(),
         import: Import::None,
         source: None,
+        destination: None,
     }
 }
 

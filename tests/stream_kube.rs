@@ -628,3 +628,78 @@ fn range_streams_between_two_sidecars_on_a_real_apiserver() {
         String::from_utf8_lossy(&Command::new("uptime").output().unwrap().stdout).trim()
     );
 }
+
+/// A RangeStream lands on its destination or nowhere: one for `n3` whose endpoint is `n2`'s
+/// receiver (a stale address, a Service resolving to another pod) ends `Failed` with
+/// `WrongDestination`, and `n2` holds nothing: no published child, no staged transfer.
+#[test]
+fn a_stream_for_n3_sent_to_n2s_receiver_fails_wrong_destination() {
+    if !cache_bin().join("kube-apiserver").is_file() {
+        eprintln!(
+            "SKIP wrong destination: no control plane in {} (scripts/k8s-testenv.sh install)",
+            cache_bin().display()
+        );
+        return;
+    }
+    let cluster = Cluster::start();
+    cluster.apply_crds();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("token"), "s3cret\n").unwrap();
+    let env = Env {
+        src: tmp.path().join("src/data"),
+        staging: tmp.path().join("dst/staging"),
+        stream_port: free_port(),
+        shared: PathBuf::new(),
+        cluster,
+        tmp,
+    };
+    gen(&env.src.join(format!("ks/t-{HEX}")), &["--size", "8MiB"]);
+    let (m1, m2) = (free_port(), free_port());
+    let _n2 = env.sidecar("n2", m2);
+    let _n1 = env.sidecar("n1", m1);
+    env.cluster.apply(&format!(
+        "apiVersion: cleave.dev/v1alpha1\nkind: RangeStream\nmetadata:\n  name: rs-n3\n  namespace: default\n  labels: {{cleave.dev/node: n1}}\nspec:\n  sourceNode: n1\n  destination: {{nodeName: n3, endpoint: \"127.0.0.1:{}\"}}\n  keyspace: ks\n  ranges:\n    - {{start: \"{}\", end: \"{}\"}}\n",
+        env.stream_port, -9_000_000_000_000_000_000i64, 9_000_000_000_000_000_000i64
+    ));
+    let st = env.finished("rs-n3", Duration::from_secs(120));
+    assert_eq!(st["phase"], "Failed", "{st}\n{}", env.logs());
+    assert_eq!(st["reason"], "WrongDestination", "{st}");
+    let msg = st["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("n3") && msg.contains("n2"),
+        "the message names both nodes: {st}"
+    );
+    // Refused before a byte: nothing under n2's staging but its empty skeleton, nothing in
+    // its data directory.
+    let files: Vec<PathBuf> = walk_files(&env.staging)
+        .into_iter()
+        .chain(walk_files(&env.tmp.path().join("dst/data")))
+        .collect();
+    assert!(files.is_empty(), "n2 holds files of n3's stream: {files:?}");
+    assert!(
+        http_get(m2, "/metrics")
+            .unwrap_or_default()
+            .lines()
+            .all(|l| !l.starts_with("cleave_stream_bytes_total") || l.ends_with(" 0")),
+        "n2's receiver counted no received bytes"
+    );
+}
+
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

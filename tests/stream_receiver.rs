@@ -245,6 +245,7 @@ fn small_manifest(id: &str, ci: &[u8]) -> manifest::Manifest {
         version: "nb".into(),
         import: Import::None,
         source: None,
+        destination: None,
         files: vec![
             f("CompressionInfo.db", ci.len() as u64, crc32fast::hash(ci)),
             f("Statistics.db", 10, 0),

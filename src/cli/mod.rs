@@ -11,3 +11,4 @@ pub mod progress;
 pub mod run;
 pub mod split;
 pub mod stream;
+pub mod validate;

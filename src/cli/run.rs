@@ -180,6 +180,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 addr,
                 &a.stream,
                 Some(a.data_dir.clone()),
+                Some(a.node.clone()),
                 f64::from(a.min_free_percent),
                 a.cassandra_version,
                 metrics.stream.clone(),

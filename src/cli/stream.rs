@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// position 0 is refused (422 CheckFailed): that Cassandra's compaction misreads it.
     #[arg(long, default_value = "unknown", value_parser = clap::value_parser!(cleave::sstable::cassandra::TargetCassandra))]
     pub cassandra_version: cleave::sstable::cassandra::TargetCassandra,
+    /// This receiver's node name: transfers whose manifest names another destination node
+    /// are refused (421 WrongDestination) before a byte is written.
+    #[arg(long)]
+    pub node: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -98,6 +102,10 @@ pub struct SendArgs {
     pub tls_cert: Option<PathBuf>,
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// The receiving node's name: a receiver started with `--node` refuses the transfer
+    /// (421 WrongDestination) when it is another node's.
+    #[arg(long)]
+    pub destination_node: Option<String>,
     /// Name to verify in the receiver's certificate (default: the host of --to).
     #[arg(long)]
     pub tls_server_name: Option<String>,
@@ -169,6 +177,17 @@ pub fn run(a: StreamArgs) -> Result<ExitCode> {
     }
 }
 
+/// `--stream-staging` when not given: `cleave-stream-staging/` beside the data directory
+/// (`/var/lib/cassandra/cleave-stream-staging` for `/var/lib/cassandra/data`), on the same
+/// volume so publication is a rename, and not inside it, where Cassandra would take the
+/// directory for a keyspace.
+pub fn default_staging(data_dir: &Path) -> PathBuf {
+    match data_dir.parent() {
+        Some(p) if p != Path::new("") => p.join("cleave-stream-staging"),
+        _ => data_dir.join("..").join("cleave-stream-staging"),
+    }
+}
+
 /// Binds the receiver on `addr` and serves it on a task until `shutdown`, counting into
 /// `metrics` (`cleave run` shares them with its sender). The check that every listener
 /// authenticates is here.
@@ -176,15 +195,19 @@ pub async fn spawn_receiver(
     addr: &str,
     f: &ReceiverFlags,
     data_dir: Option<PathBuf>,
+    node: Option<String>,
     min_free_percent: f64,
     cassandra: cleave::sstable::cassandra::TargetCassandra,
     metrics: Arc<StreamMetrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<tokio::task::JoinHandle<()>> {
-    let staging = f
-        .staging
-        .clone()
-        .context("the stream receiver needs --stream-staging")?;
+    let staging = match (&f.staging, &data_dir) {
+        (Some(s), _) => s.clone(),
+        (None, Some(d)) => default_staging(d),
+        (None, None) => {
+            anyhow::bail!("the stream receiver needs --stream-staging (or --data-dir, whose sibling cleave-stream-staging/ is the default)")
+        }
+    };
     let token = f.token_file.as_deref().map(read_token).transpose()?;
     let tls = match (&f.tls_cert, &f.tls_key) {
         (Some(c), Some(k)) => Some(tls::server_config(c, k, f.tls_client_ca.as_deref())?),
@@ -211,6 +234,7 @@ pub async fn spawn_receiver(
             retry_after_secs: f.retry_after,
             idle_timeout: Duration::from_secs(300),
             cassandra,
+            node,
         },
         metrics,
     )?);
@@ -241,6 +265,7 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
         &a.addr,
         &a.flags,
         a.data_dir,
+        a.node,
         a.min_free_percent,
         a.cassandra_version,
         StreamMetrics::new(&registry)?,
@@ -333,6 +358,7 @@ async fn send_all(a: SendArgs) -> Result<ExitCode> {
                 ImportArg::Import => Import::Import,
             },
             source: p.file_name().map(|n| n.to_string_lossy().into_owned()),
+            destination: a.destination_node.clone(),
         };
         if a.ranges.is_empty() {
             match send::whole_sstable(p, &name) {

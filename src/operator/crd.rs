@@ -177,8 +177,9 @@ pub struct Destination {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = HOST_PORT))]
     pub endpoint: Option<String>,
-    /// Or a Service in front of the receivers (`name` or `name.namespace`), e.g. the
-    /// chart's `<release>-stream`. Exactly one of this and endpoint.
+    /// Or the headless Service governing the destination pod's StatefulSet (`name` or
+    /// `name.namespace`, cass-operator's `<cluster>-<dc>-all-pods-service`): cleave connects
+    /// to `<nodeName>.<service>.<namespace>.svc`, the pod's own DNS name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub service: Option<String>,
@@ -207,8 +208,10 @@ pub enum Import {
     kind = "RangeStream",
     namespaced,
     status = "JobStatus",
-    shortname = "rs",
     doc = "Send the part of a node's sstables covering some token ranges to another node's cleave, as ready-made sstables the receiver checks and publishes. Executed by the cleave sidecar of spec.sourceNode.",
+    // Not `rs`: that is ReplicaSet's, and `kubectl get rs` would list ReplicaSets
+    // (tests/install.rs checks every short name against the apiserver's api-resources).
+    shortname = "rstream",
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.sourceNode"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress.summary"}"#,

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -38,6 +38,10 @@ pub struct Metrics {
     pub kube_errors: IntCounterVec,
     /// `/readyz`: both controllers' first list succeeded (local mode: at start).
     pub ready: AtomicBool,
+    /// `cleave_ready`: `ready` as a series (1/0), read from it on every scrape, so that an
+    /// alert sees a sidecar whose watches never came up (RBAC, a missing CRD) although it
+    /// has no readiness probe (docs/install.md).
+    ready_gauge: IntGauge,
     /// The transport's `cleave_stream_*` counters (side = send | receive), shared by this
     /// sidecar's sender and its receiver.
     pub stream: Arc<crate::stream::metrics::StreamMetrics>,
@@ -167,6 +171,11 @@ impl Metrics {
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
         registry.register(Box::new(kube_errors.clone()))?;
+        let ready_gauge = IntGauge::new(
+            "cleave_ready",
+            "1 once the watches of both CRDs have listed (what /readyz answers), else 0",
+        )?;
+        registry.register(Box::new(ready_gauge.clone()))?;
         registry.register(Box::new(job_duration.clone()))?;
         registry.register(Box::new(failures.clone()))?;
         registry.register(Box::new(throttle.clone()))?;
@@ -195,6 +204,7 @@ impl Metrics {
             waiting,
             kube_errors,
             ready: AtomicBool::new(false),
+            ready_gauge,
             stream,
             stream_sent,
             stream_total,
@@ -218,6 +228,8 @@ impl Metrics {
     }
 
     pub fn render(&self) -> String {
+        self.ready_gauge
+            .set(i64::from(self.ready.load(Ordering::Relaxed)));
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()

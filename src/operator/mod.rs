@@ -13,3 +13,4 @@ pub mod local;
 pub mod metrics;
 pub mod status;
 pub mod stream;
+pub mod validate_cli;

@@ -83,8 +83,14 @@ impl Default for StreamClient {
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// `host:port` of a stream's receiver: `endpoint` as it is, or `service` (`name`,
-/// `name.namespace`, either with `:port`) as the cluster DNS name
-/// `<name>.<namespace>.svc:<port>`, the namespace defaulting to the stream's own.
+/// `name.namespace`, either with `:port`) as the destination pod's own DNS name
+/// `<nodeName>.<name>.<namespace>.svc:<port>`, the namespace defaulting to the stream's own.
+/// Not the Service's name: that resolves to any pod behind it, and a child would land on
+/// whichever answered. `service` is therefore the headless Service that governs the
+/// destination's StatefulSet (cass-operator: `<cluster>-<dc>-all-pods-service`), under
+/// which each pod has the record `<pod>.<service>` (Kubernetes DNS for StatefulSets), and
+/// `nodeName` is the pod's name (the sidecar shape). The receiver checks it too (`--node`,
+/// 421 WrongDestination).
 pub fn resolve_destination(d: &Destination, namespace: &str, default_port: u16) -> Option<String> {
     if let Some(e) = &d.endpoint {
         return Some(e.clone());
@@ -94,7 +100,8 @@ pub fn resolve_destination(d: &Destination, namespace: &str, default_port: u16) 
         Some((h, p)) => (h, p.parse::<u16>().ok()?),
         None => (svc, default_port),
     };
-    if host.is_empty() {
+    let pod = d.node_name.trim();
+    if host.is_empty() || pod.is_empty() || pod.contains('.') || pod.contains(':') {
         return None;
     }
     let host = if host.ends_with(".svc") || host.contains(".svc.") {
@@ -104,7 +111,7 @@ pub fn resolve_destination(d: &Destination, namespace: &str, default_port: u16) 
     } else {
         format!("{host}.{namespace}.svc")
     };
-    Some(format!("{host}:{port}"))
+    Some(format!("{pod}.{host}:{port}"))
 }
 
 impl StreamClient {
@@ -223,6 +230,7 @@ pub fn plan(
                 super::crd::Import::Import => crate::stream::manifest::Import::Import,
             },
             source: Some(format!("{node}:{file}")),
+            destination: Some(spec.destination.node_name.clone()),
         };
         let target = super::job::target_cassandra(
             spec.target_cassandra.as_deref(),
@@ -680,12 +688,22 @@ mod tests {
     }
 
     #[test]
-    fn a_service_resolves_to_its_cluster_dns_name() {
+    fn a_service_resolves_to_the_destination_pods_dns_name() {
         let r = |svc| resolve_destination(&dest(None, Some(svc)), "db", 7070);
-        assert_eq!(r("recv").as_deref(), Some("recv.db.svc:7070"));
-        assert_eq!(r("recv.other").as_deref(), Some("recv.other.svc:7070"));
-        assert_eq!(r("recv:7171").as_deref(), Some("recv.db.svc:7171"));
-        assert_eq!(r("recv.other.svc:1").as_deref(), Some("recv.other.svc:1"));
+        assert_eq!(r("recv").as_deref(), Some("n2.recv.db.svc:7070"));
+        assert_eq!(r("recv.other").as_deref(), Some("n2.recv.other.svc:7070"));
+        assert_eq!(r("recv:7171").as_deref(), Some("n2.recv.db.svc:7171"));
+        assert_eq!(
+            r("recv.other.svc:1").as_deref(),
+            Some("n2.recv.other.svc:1")
+        );
+        let mut d = dest(None, Some("recv"));
+        d.node_name = "a.b".into();
+        assert_eq!(
+            resolve_destination(&d, "db", 1),
+            None,
+            "a node name with a dot is no pod name"
+        );
         assert_eq!(r("recv:x"), None);
         assert_eq!(r(":1"), None);
         let e = resolve_destination(&dest(Some("10.0.0.2:7070"), Some("x")), "db", 1);
@@ -706,7 +724,7 @@ mod tests {
             ..Default::default()
         };
         let ep = c.endpoint(&dest(None, Some("recv")), "db").unwrap();
-        assert_eq!(ep.addr, "recv.db.svc:7070");
+        assert_eq!(ep.addr, "n2.recv.db.svc:7070");
         assert!(ep.tls.is_none());
     }
 }

@@ -79,6 +79,12 @@ pub struct Manifest {
     /// Informational: the sending node and the parent's Data.db file name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// The node this child is for (RangeStream `spec.destination.nodeName`). A receiver
+    /// started with `--node` refuses (421 WrongDestination) a manifest naming another node,
+    /// before it writes anything: a Service in front of several receivers, or a stale
+    /// endpoint, must not land data on the wrong replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<String>,
     /// In send order.
     pub files: Vec<FileEntry>,
 }
@@ -134,6 +140,14 @@ impl Manifest {
         if let Some(s) = &self.source {
             if s.len() > 512 || s.chars().any(char::is_control) {
                 return Err(err("source", "expected at most 512 printable characters"));
+            }
+        }
+        if let Some(d) = &self.destination {
+            if d.is_empty() || d.len() > 253 || d.chars().any(|c| c.is_control() || c == '/') {
+                return Err(err(
+                    "destination",
+                    "expected a node name: 1 to 253 printable characters, no '/'",
+                ));
             }
         }
         if self.files.len() > ALLOWED_COMPONENTS.len() {
@@ -341,6 +355,7 @@ mod tests {
             version: "nb".into(),
             import: Import::None,
             source: Some("node-a nb-5-big-Data.db".into()),
+            destination: Some("node-b".into()),
             files: vec![
                 FileEntry {
                     component: "CompressionInfo.db".into(),

@@ -60,6 +60,10 @@ pub enum StreamError {
     },
     #[error("insufficient space: {0}")]
     InsufficientSpace(String),
+    /// The manifest names another node than this receiver's `--node` (HTTP 421
+    /// Misdirected Request: the request reached a server that is not its destination).
+    #[error("wrong destination: {0}")]
+    WrongDestination(String),
     /// A chunk CRC, a declared size or the whole-file CRC does not match.
     #[error("corrupt transfer: {0}")]
     Corrupt(String),
@@ -110,6 +114,7 @@ impl StreamError {
             StreamError::Unauthorized(_) => Reason::Unauthorized,
             StreamError::TooManyTransfers { .. } => Reason::TooManyTransfers,
             StreamError::InsufficientSpace(_) => Reason::InsufficientSpace,
+            StreamError::WrongDestination(_) => Reason::WrongDestination,
             StreamError::Corrupt(_) => Reason::CorruptSSTable,
             StreamError::Check(_) => Reason::CheckFailed,
             StreamError::Io { source, .. } => Reason::of_io(source),
@@ -129,6 +134,7 @@ impl StreamError {
             StreamError::NotFound(_) => 404,
             StreamError::Conflict { .. } => 409,
             StreamError::TooLarge(_) => 413,
+            StreamError::WrongDestination(_) => 421,
             StreamError::Corrupt(_) | StreamError::Check(_) => 422,
             StreamError::TooManyTransfers { .. } => 429,
             StreamError::InsufficientSpace(_) => 507,

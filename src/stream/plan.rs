@@ -205,6 +205,7 @@ pub fn range_children(
             version: version.clone(),
             import: name.import,
             source: name.source.clone(),
+            destination: name.destination.clone(),
             files: entries,
         };
         manifest.validate()?;

@@ -68,6 +68,10 @@ pub struct ReceiverConfig {
     /// The Cassandra that reads what is published here: from 5.0.5 (and unknown) a child
     /// must have its first partition at Data.db position 0.
     pub cassandra: crate::sstable::cassandra::TargetCassandra,
+    /// This receiver's node (`--node`): a manifest whose `destination` names another node
+    /// is refused with 421 WrongDestination before anything is written. `None` (a
+    /// standalone `stream serve` without `--node`) accepts any destination.
+    pub node: Option<String>,
 }
 
 pub struct Receiver {
@@ -652,6 +656,13 @@ impl Receiver {
 
     fn put_manifest(&self, id: &str, body: &[u8]) -> Result<Resp, StreamError> {
         let m = manifest::decode(body)?;
+        if let (Some(me), Some(to)) = (&self.cfg.node, &m.destination) {
+            if me != to {
+                return Err(StreamError::WrongDestination(format!(
+                    "manifest destination {to:?}: this receiver is node {me:?} (--node); the sender resolved spec.destination to the wrong receiver"
+                )));
+            }
+        }
         if m.transfer != id {
             return Err(StreamError::Invalid(format!(
                 "manifest transfer {:?} differs from the path's {id:?}",

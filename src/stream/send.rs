@@ -112,6 +112,9 @@ pub struct ChildName {
     pub table: String,
     pub import: Import,
     pub source: Option<String>,
+    /// The destination node (RangeStream `spec.destination.nodeName`), declared in every
+    /// manifest so that a receiver with `--node` refuses a child meant for another node.
+    pub destination: Option<String>,
 }
 
 /// Send order: the chunk table first (the receiver checks Data.db against it), Data.db
@@ -193,6 +196,7 @@ pub fn whole_sstable(data: &Path, name: &ChildName) -> Result<ChildSource, Strea
         version: t.descriptor.version.to_string(),
         import: name.import,
         source: name.source.clone(),
+        destination: name.destination.clone(),
         files: entries,
     };
     manifest.validate()?;

@@ -215,6 +215,38 @@ restart every storage node's sidecar.
 {{- if and .Values.networkPolicy.enabled (not .Values.daemonset.enabled) (not .Values.networkPolicy.cassandraPodsHavePolicy) }}
 {{- fail "networkPolicy.enabled in the sidecar shape selects the Cassandra pods and would isolate them: allow their ports in your own NetworkPolicy first, then set networkPolicy.cassandraPodsHavePolicy=true (docs/install.md)" }}
 {{- end }}
+{{- if and .Values.stream.enabled .Values.stream.secretName }}
+{{- if not (or .Values.stream.token .Values.stream.tls) }}
+{{- fail "stream.secretName with stream.token=false and stream.tls=false: the receiver never accepts unauthenticated transfers; turn on stream.token (key `token`) and/or stream.tls (keys tls.crt, tls.key, ca.crt)" }}
+{{- end }}
+{{- if and (not .Values.stream.tls) (not .Values.stream.insecurePlaintext) }}
+{{- fail "stream.tls=false sends the token in plaintext: set stream.insecurePlaintext=true (a trusted network only), or put tls.crt, tls.key and ca.crt in the Secret and keep stream.tls=true" }}
+{{- end }}
+{{- /*
+The Secret must hold the keys the flags name, or the cleave container crash-loops and takes
+the Cassandra pod out of Ready. Checked against the cluster at install/upgrade; `helm
+template` and client dry runs cannot see the cluster (lookup returns nothing, as it does
+for kube-system), so there it is not checked.
+*/}}
+{{- if lookup "v1" "Namespace" "" "kube-system" }}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace .Values.stream.secretName }}
+{{- if not $secret }}
+{{- fail (printf "stream.secretName: Secret %s/%s does not exist: create it first (docs/install.md, 'The RangeStream receiver'); pods mounting a missing Secret never start" .Release.Namespace .Values.stream.secretName) }}
+{{- end }}
+{{- $need := list }}
+{{- if .Values.stream.token }}{{ $need = append $need "token" }}{{ end }}
+{{- if .Values.stream.tls }}{{ $need = concat $need (list "tls.crt" "tls.key" "ca.crt") }}{{ end }}
+{{- $data := $secret.data | default dict }}
+{{- range $need }}
+{{- if not (hasKey $data .) }}
+{{- fail (printf "Secret %s/%s has no key %q: stream.token=true needs `token`, stream.tls=true needs tls.crt, tls.key and ca.crt (a token-only Secret: --set stream.tls=false,stream.insecurePlaintext=true)" $.Release.Namespace $.Values.stream.secretName .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if not .Values.image.repository }}
+{{- fail "image.repository is not set: build the image (scripts/build-image.sh), push it to a registry your nodes can pull from (skopeo copy oci-archive:target/image/cleave.oci.tar:<version> docker://<registry>/cleave:<version>), then install with --set image.repository=<registry>/cleave (docs/install.md). There is no public image: a sidecar that cannot be pulled makes every Cassandra pod NotReady." }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -227,14 +259,22 @@ Cassandra; as the same UID it can read that process's open files without any cap
 */}}
 {{- define "cleave.sidecarSnippet" -}}
 spec:
-  serviceAccount: {{ include "cleave.serviceAccountName" . }}
+  serviceAccountName: {{ include "cleave.serviceAccountName" . }}
   podTemplateSpec:
     metadata:
       labels:
         {{- include "cleave.selectorLabels" . | nindent 8 }}
+      annotations:
+        # cass-operator puts its cassandra container after ours: without this, kubectl
+        # exec/logs without -c would land in the distroless cleave container.
+        kubectl.kubernetes.io/default-container: cassandra
     spec:
       {{- if .Values.sidecar.shareProcessNamespace }}
       shareProcessNamespace: true
+      {{- end }}
+      {{- with .Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
       {{- end }}
       terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
       containers:

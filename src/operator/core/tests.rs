@@ -466,6 +466,7 @@ async fn stream_fixture(size: u64) -> StreamFixture {
                 retry_after_secs: 1,
                 idle_timeout: Duration::from_secs(60),
                 cassandra: Default::default(),
+                node: None,
             },
             crate::stream::metrics::StreamMetrics::unregistered(),
         )
