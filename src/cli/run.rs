@@ -179,10 +179,12 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             super::stream::spawn_receiver(
                 addr,
                 &a.stream,
-                Some(a.data_dir.clone()),
-                Some(a.node.clone()),
-                f64::from(a.min_free_percent),
-                a.cassandra_version,
+                super::stream::ReceiverNode {
+                    data_dir: Some(a.data_dir.clone()),
+                    node: Some(a.node.clone()),
+                    min_free_percent: f64::from(a.min_free_percent),
+                    cassandra: a.cassandra_version,
+                },
                 metrics.stream.clone(),
                 stop(),
             )

@@ -191,16 +191,28 @@ pub fn default_staging(data_dir: &Path) -> PathBuf {
 /// Binds the receiver on `addr` and serves it on a task until `shutdown`, counting into
 /// `metrics` (`cleave run` shares them with its sender). The check that every listener
 /// authenticates is here.
+/// What the receiver knows of its node.
+pub struct ReceiverNode {
+    pub data_dir: Option<PathBuf>,
+    /// Transfers declaring another destination are refused (`WrongDestination`).
+    pub node: Option<String>,
+    pub min_free_percent: f64,
+    pub cassandra: cleave::sstable::cassandra::TargetCassandra,
+}
+
 pub async fn spawn_receiver(
     addr: &str,
     f: &ReceiverFlags,
-    data_dir: Option<PathBuf>,
-    node: Option<String>,
-    min_free_percent: f64,
-    cassandra: cleave::sstable::cassandra::TargetCassandra,
+    n: ReceiverNode,
     metrics: Arc<StreamMetrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<tokio::task::JoinHandle<()>> {
+    let ReceiverNode {
+        data_dir,
+        node,
+        min_free_percent,
+        cassandra,
+    } = n;
     let staging = match (&f.staging, &data_dir) {
         (Some(s), _) => s.clone(),
         (None, Some(d)) => default_staging(d),
@@ -264,10 +276,12 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
     let task = spawn_receiver(
         &a.addr,
         &a.flags,
-        a.data_dir,
-        a.node,
-        a.min_free_percent,
-        a.cassandra_version,
+        ReceiverNode {
+            data_dir: a.data_dir,
+            node: a.node,
+            min_free_percent: a.min_free_percent,
+            cassandra: a.cassandra_version,
+        },
         StreamMetrics::new(&registry)?,
         shutdown,
     )
