@@ -97,23 +97,17 @@ pub fn check_manifest(yaml: &str) -> Checked {
                 Ok(job) => {
                     // The core's own validation (what a sidecar runs before it acts), then
                     // the ranges as Murmur3 tokens (the node knows the sstables' partitioner).
-                    let checks = [
-                        Kind::validate(&job).err(),
+                    // the ranges only once the spec is valid: one mistake, one problem.
+                    let check = Kind::validate(&job).and_then(|()| {
                         decide::validate_ranges(
                             &job.spec,
                             job.spec.partitioner.unwrap_or(Partitioner::Murmur3),
                         )
-                        .err(),
-                    ];
-                    // validate_ranges repeats validate_spec's repair-metadata check: one
-                    // problem per reason and field.
-                    let mut seen = Vec::new();
-                    for c in checks.into_iter().flatten() {
+                        .map(|_| ())
+                    });
+                    if let Err(c) = check {
                         let (f, r, m) = found(c);
-                        if !seen.contains(&(f.clone(), r)) {
-                            seen.push((f.clone(), r));
-                            problem(&f, r, m);
-                        }
+                        problem(&f, r, m);
                     }
                 }
             },
