@@ -38,22 +38,7 @@ fn table(data: &Path, table: &str) -> (PathBuf, Vec<Vec<u8>>, serde_json::Value)
     let dir = data
         .join(KS)
         .join(format!("{table}-0123456789abcdef0123456789abcdef"));
-    std::fs::create_dir_all(&dir).unwrap();
-    for g in ["1", "2", "3"] {
-        cleave_json(&[
-            "gen".as_ref(),
-            "--out".as_ref(),
-            dir.as_os_str(),
-            "--size".as_ref(),
-            "2MiB".as_ref(),
-            "--generation".as_ref(),
-            g.as_ref(),
-            "--seed".as_ref(),
-            g.as_ref(),
-            "--json".as_ref(),
-        ]);
-    }
-    let _ = std::fs::remove_file(dir.join("schema.cql"));
+    gen_table(&dir, &[(1, "2MiB"), (2, "2MiB"), (3, "2MiB")]);
     let bytes = (1..=3)
         .map(|g| std::fs::read(dir.join(format!("nb-{g}-big-Data.db"))).unwrap())
         .collect();

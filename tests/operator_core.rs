@@ -21,24 +21,7 @@ fn job(name: &str, labels: &str, extra: &str) -> String {
 
 /// A table of two generated sstables under `data/ks/`.
 fn table(data: &Path) {
-    let table = data.join("ks").join(TABLE);
-    std::fs::create_dir_all(&table).unwrap();
-    for g in 1..=2 {
-        let gs = g.to_string();
-        cleave_json(&[
-            "gen".as_ref(),
-            "--out".as_ref(),
-            table.as_os_str(),
-            "--size".as_ref(),
-            "4MiB".as_ref(),
-            "--generation".as_ref(),
-            gs.as_ref(),
-            "--seed".as_ref(),
-            gs.as_ref(),
-            "--json".as_ref(),
-        ]);
-    }
-    let _ = std::fs::remove_file(table.join("schema.cql"));
+    gen_table(&data.join("ks").join(TABLE), &[(1, "4MiB"), (2, "4MiB")]);
 }
 
 fn reason(c: &Cluster, name: &str) -> Option<(String, String)> {

@@ -354,26 +354,6 @@ fn kube_client(kubeconfig: &Path) -> kube::Client {
     })
 }
 
-fn gen_table(table: &Path, gens: &[(u32, &str)]) {
-    std::fs::create_dir_all(table).unwrap();
-    for (g, size) in gens {
-        let gs = g.to_string();
-        cleave_json(&[
-            "gen".as_ref(),
-            "--out".as_ref(),
-            table.as_os_str(),
-            "--size".as_ref(),
-            size.as_ref(),
-            "--generation".as_ref(),
-            gs.as_ref(),
-            "--seed".as_ref(),
-            gs.as_ref(),
-            "--json".as_ref(),
-        ]);
-    }
-    let _ = std::fs::remove_file(table.join("schema.cql"));
-}
-
 /// A sidecar with extra flags and its stderr kept in a file.
 fn sidecar_with(
     c: &Cluster,

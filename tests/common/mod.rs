@@ -347,3 +347,25 @@ pub fn assert_replaced(what: &str, table: &Path, gens: &[&str], parents: &serde_
     }
     assert_eq!(&dir_fingerprint(table), parents, "{what}: {left:?}");
 }
+
+/// `cleave gen` of one sstable per `(generation, size)` into `table` (created), seeded by
+/// its generation, without the `schema.cql` a table directory of Cassandra never has.
+pub fn gen_table(table: &Path, gens: &[(u32, &str)]) {
+    std::fs::create_dir_all(table).unwrap();
+    for (g, size) in gens {
+        let gs = g.to_string();
+        cleave_json(&[
+            "gen".as_ref(),
+            "--out".as_ref(),
+            table.as_os_str(),
+            "--size".as_ref(),
+            size.as_ref(),
+            "--generation".as_ref(),
+            gs.as_ref(),
+            "--seed".as_ref(),
+            gs.as_ref(),
+            "--json".as_ref(),
+        ]);
+    }
+    let _ = std::fs::remove_file(table.join("schema.cql"));
+}
