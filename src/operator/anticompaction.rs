@@ -19,6 +19,7 @@ use crate::reason::{Failure, Reason};
 
 impl Kind for AnticompactionJob {
     const KIND: &'static str = "AnticompactionJob";
+    const NOUN: &'static str = "job";
 
     fn status(&self) -> Option<&JobStatus> {
         self.status.as_ref()

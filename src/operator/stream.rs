@@ -261,6 +261,7 @@ fn read_failure(e: crate::sstable::error::FormatError) -> Failure {
 /// learns of it from its transfers), with the same lease as a job's.
 impl Kind for RangeStream {
     const KIND: &'static str = "RangeStream";
+    const NOUN: &'static str = "stream";
     const STOP_BUDGET: Duration = Duration::from_secs(120);
 
     fn status(&self) -> Option<&JobStatus> {

@@ -29,6 +29,9 @@ pub trait Kind:
 {
     /// The resource's kind, also the `kind` metric label.
     const KIND: &'static str;
+    /// What the logs call one (`job`, `stream`): "job ended", "stream failed" are the
+    /// messages tests, dashboards and log alerts look for.
+    const NOUN: &'static str;
     /// How long a deletion waits for a running execution to stop before the finalizer
     /// reports an error (and is retried).
     const STOP_BUDGET: std::time::Duration = std::time::Duration::from_secs(300);

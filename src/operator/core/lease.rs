@@ -201,10 +201,10 @@ impl<S: Store, K: Kind> Lease<'_, S, K> {
             }
             attempts += 1;
             if self.ctx.shutdown_requested() && attempts >= FINAL_ATTEMPTS_ON_SHUTDOWN {
-                warn!(attempts, "shutting down: the final status was not written; the next sidecar resumes it after the lease");
+                warn!(attempts, "shutting down: the {}'s final status was not written; the next sidecar resumes it after the lease", K::NOUN);
                 return;
             }
-            warn!(attempts, retry_in = ?delay, "the final status is not written yet; retrying");
+            warn!(attempts, retry_in = ?delay, "the {}'s final status is not written yet; retrying", K::NOUN);
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(30));
         }
@@ -255,8 +255,8 @@ pub async fn finish<S: Store, K: Kind>(
         },
     };
     match &ended {
-        Ended::Failed(f) => warn!(reason = %f.reason, detail = %f.message, "{} failed", K::KIND),
-        e => info!(outcome = e.label(), elapsed = ?started.elapsed(), "{} ended", K::KIND),
+        Ended::Failed(f) => warn!(reason = %f.reason, detail = %f.message, "{} failed", K::NOUN),
+        e => info!(outcome = e.label(), elapsed = ?started.elapsed(), "{} ended", K::NOUN),
     }
     let t = status::next(last, ev, obj.meta().generation, now());
     lease.write_final(&t.status).await;
@@ -276,15 +276,10 @@ pub async fn start<S: Store, K: Kind>(
     };
     let span = tracing::Span::current();
     let (obj, ctx2, key2) = (obj.clone(), ctx.clone(), key.to_string());
-    let labels = [
-        K::KIND.to_string(),
-        obj.namespace().unwrap_or_default(),
-        obj.name_any(),
-    ];
-    let labels = [labels[0].as_str(), labels[1].as_str(), labels[2].as_str()];
+    let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
     ctx.metrics
         .throttle
-        .with_label_values(&labels)
+        .with_label_values(&[K::KIND, &ns, &name])
         .set(obj.rate_limit().unwrap_or(0) as f64);
     let run = Run {
         key: key.to_string(),
@@ -294,7 +289,6 @@ pub async fn start<S: Store, K: Kind>(
     };
     tokio::spawn(tracing::Instrument::instrument(
         async move {
-            let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
             obj.work(ctx2.clone(), run).await;
             ctx2.metrics
                 .throttle

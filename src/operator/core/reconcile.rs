@@ -62,7 +62,7 @@ async fn apply<K: Kind, S: Store>(
         Next::Wait(d) => Ok(Action::requeue(d)),
         Next::Finished(ttl) => Ok(ttl.map_or_else(Action::await_change, Action::requeue)),
         Next::Delete => {
-            info!("ttlSecondsAfterFinished passed: deleting the {}", K::KIND);
+            info!("ttlSecondsAfterFinished passed: deleting the {}", K::NOUN);
             ctx.store.delete(&**obj).await?;
             observe::forget(ctx, &**obj);
             Ok(Action::await_change())
@@ -77,7 +77,7 @@ async fn apply<K: Kind, S: Store>(
                 obj.meta().generation,
                 now(),
             );
-            warn!(reason = %f.reason, detail = %f.message, "{} rejected", K::KIND);
+            warn!(reason = %f.reason, detail = %f.message, "{} rejected", K::NOUN);
             ctx.store.patch_status(&**obj, &t.status, None).await?;
             observe::record(ctx, &**obj, key, &t.status, t.note.as_ref()).await;
             Ok(Action::await_change())
@@ -98,7 +98,7 @@ pub async fn cleanup<K: Kind, S: Store>(
     if stopped {
         info!(
             "{} deleted while running: stopping it after the current sstable",
-            K::KIND
+            K::NOUN
         );
         if !ctx.runs.wait_stopped(&key, K::STOP_BUDGET).await {
             return Err(OperatorError::Task(format!(
