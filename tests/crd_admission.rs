@@ -358,6 +358,14 @@ fn examples_are_admitted_and_misspelt_fields_are_kept_for_the_controller() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        // cleave's own resources; the CassandraDatacenter and K8ssandraCluster examples need
+        // the operators' CRDs and are dry-run against them in tests/install.rs.
+        .filter(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .any(|l| l.starts_with("apiVersion: cleave.dev/"))
+        })
         .collect();
     examples.sort();
     assert!(examples.len() >= 5, "{examples:?}");
