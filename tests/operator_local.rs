@@ -293,10 +293,7 @@ fn parallelism_splits_that_many_sstables_at_once() {
         dry_run: false,
         max_bytes_per_second: Some(10_000_000),
         parallelism,
-        ttl_seconds_after_finished: None,
-        target_cassandra: None,
-        partitioner: None,
-        unknown: Default::default(),
+        ..Default::default()
     };
     for (p, want) in [(None, 1), (Some(2), 2)] {
         let mut st = JobStatus::default();

@@ -55,7 +55,20 @@ pub enum Publish {
     Replace,
 }
 
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+/// How a `Replace` gets its stopped Cassandra.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Maintenance {
+    /// Whoever runs the node stops Cassandra before the job (default); cleave refuses
+    /// (CassandraRunning) while a process holds the table.
+    #[default]
+    None,
+    /// cleave opens a bounded window itself through the management API (sidecar flag
+    /// `--management-api`): cluster probe, flush, drain, stop, Replace, start, ready
+    /// (docs/operator.md "Maintenance window").
+    ManagementApi,
+}
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "cleave.dev",
     version = "v1alpha1",
@@ -134,6 +147,16 @@ pub struct AnticompactionJobSpec {
     /// stopped).
     #[serde(default)]
     pub publish: Publish,
+    /// With `publish: Replace`: `ManagementApi` stops and starts Cassandra around the
+    /// Replace through the node's management API; `None` (default) needs it stopped.
+    #[serde(default)]
+    pub maintenance: Maintenance,
+    /// The longest Cassandra may stay down in a `ManagementApi` window, from the stop to
+    /// ready again (seconds, default 300). At most 540: cass-operator deletes a pod that
+    /// has not been ready for 10 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 30, max = 540))]
+    pub max_downtime_seconds: Option<u32>,
     /// Plan only: status gets the per-parent plan and phase `Planned`; nothing is written.
     #[serde(default)]
     pub dry_run: bool,
@@ -388,6 +411,46 @@ pub struct JobStatus {
     /// RangeStream only: bytes, throughput and the receiver's verdict per child.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamStatus>,
+    /// `maintenance: ManagementApi` only: the window's last step, so that a sidecar that
+    /// restarts in the middle knows Cassandra is down and starts it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowStatus>,
+}
+
+/// The steps of a maintenance window, in order.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum WindowStep {
+    /// The cluster probe passed and the tables were flushed; Cassandra still runs.
+    Flushed,
+    /// `nodetool drain` done: no more writes, memtables on disk.
+    Drained,
+    /// `/lifecycle/stop` answered, the pid endpoint says no Cassandra: the Replace may run.
+    Stopped,
+    /// Every parent is replaced (or the Replace failed: see the job's reason).
+    Replaced,
+    /// `/lifecycle/start` answered; waiting for readiness.
+    Started,
+    /// The readiness probe is 200 again: the window is closed.
+    Ready,
+}
+
+/// Where a maintenance window stands.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowStatus {
+    /// The last step done.
+    pub step: WindowStep,
+    /// When Cassandra was asked to stop (seconds since the epoch); the downtime budget
+    /// counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<i64>,
+    /// When the readiness probe answered 200 again (seconds since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<i64>,
+    /// The downtime budget of this window (seconds).
+    pub max_downtime_seconds: u32,
 }
 
 /// A RangeStream's transfer, as its source node's sidecar reports it.

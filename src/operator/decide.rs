@@ -404,6 +404,8 @@ mod tests {
             digest: Default::default(),
             publish: Default::default(),
             dry_run: false,
+            maintenance: Default::default(),
+            max_downtime_seconds: None,
             max_bytes_per_second: None,
             parallelism: None,
             ttl_seconds_after_finished: None,

@@ -422,6 +422,27 @@ fn split_one(
     Ok((result, report))
 }
 
+/// The parents of `parents` that `status` has no result for.
+fn not_done(parents: &[PathBuf], status: &JobStatus) -> Vec<PathBuf> {
+    parents
+        .iter()
+        .filter(|p| {
+            let p = p.to_string_lossy();
+            !status.results.iter().any(|r| r.parent == p)
+        })
+        .cloned()
+        .collect()
+}
+
+/// The parents a run would still split (none: a resumed job that only has to finish).
+pub fn pending_parents(
+    dirs: &[PathBuf],
+    spec: &AnticompactionJobSpec,
+    status: &JobStatus,
+) -> Result<Vec<PathBuf>, Failure> {
+    Ok(not_done(&find_sstables(dirs, spec)?, status))
+}
+
 /// How a run went, beyond its outcome (tests and logs).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RunStats {
@@ -462,11 +483,7 @@ pub fn run_with_stats(
     }
     let parents = find_sstables(&dirs, spec)?;
     let done: Vec<String> = status.results.iter().map(|r| r.parent.clone()).collect();
-    let todo: Vec<PathBuf> = parents
-        .iter()
-        .filter(|p| !done.contains(&p.to_string_lossy().to_string()))
-        .cloned()
-        .collect();
+    let todo = not_done(&parents, status);
     let bytes: u64 = parents
         .iter()
         .filter_map(|p| std::fs::metadata(p).ok())

@@ -14,3 +14,4 @@ pub mod metrics;
 pub mod status;
 pub mod stream;
 pub mod validate_cli;
+pub mod window;
