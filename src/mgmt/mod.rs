@@ -29,6 +29,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::reason::{Failure, Reason};
 
+pub mod ring;
+
 /// The longest answer cleave reads (the ring of a large cluster is the largest: a few
 /// hundred KiB for 256 vnodes on 100 nodes).
 const MAX_ANSWER: usize = 8 << 20;
