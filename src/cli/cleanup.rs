@@ -98,6 +98,7 @@ fn run_cleanup(a: &CleanupArgs) -> Result<CleanupReport, Failed> {
         publish: a.publish,
         out_dir: a.out.clone(),
         dry_run: a.dry_run,
+        gate: None,
     };
     Ok(cleanup::cleanup(&a.table_dir, &owned, &opts)?)
 }

@@ -40,7 +40,7 @@ impl Kind for AnticompactionJob {
         // Unknown fields first: a misspelt `dryRun` must never let a job run for real.
         decide::check_schema_rules_job(&self.spec)
             .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
-        decide::check_node_label(self.labels(), &self.spec)?;
+        decide::check_node_label(self.labels(), &self.spec.node_name)?;
         decide::validate_spec(&self.spec)
     }
 

@@ -188,6 +188,93 @@ pub struct AnticompactionJobSpec {
     pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
+/// Where a CleanupJob learns the ranges its node owns.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Ownership {
+    /// `spec.ownedRanges` (default).
+    #[default]
+    Ranges,
+    /// The node's management API (sidecar `--management-api`): the ranges whose replicas
+    /// include this node, read before the cleanup and again just before publishing; a ring
+    /// with a joining, leaving or moving node is refused (RingChanging). Murmur3 only.
+    ManagementApi,
+}
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "cleave.dev",
+    version = "v1alpha1",
+    kind = "CleanupJob",
+    namespaced,
+    status = "JobStatus",
+    shortname = "clj",
+    doc = "Drop the token ranges a node no longer owns from its sstables without rewriting rows, what `nodetool cleanup` does after a scale-up: sstables wholly owned are kept, wholly unowned dropped, the others replaced by children holding only their owned partitions (shared chunks). Executed by the cleave sidecar of spec.nodeName.",
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress.summary"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.reason"}"#,
+    printcolumn = r#"{"name":"Started","type":"date","jsonPath":".status.startTime"}"#,
+    printcolumn = r#"{"name":"Completed","type":"date","jsonPath":".status.completionTime"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+/// The desired cleanup: which node and tables, the ranges it keeps, and how to publish.
+#[serde(rename_all = "camelCase")]
+pub struct CleanupJobSpec {
+    /// The node whose cleave executes the job (as AnticompactionJob's). Label the job
+    /// `cleave.dev/node` with the same value.
+    #[schemars(length(min = 1))]
+    pub node_name: String,
+    /// Cassandra data directory on that node (default: the sidecar's `--data-dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_directory: Option<String>,
+    /// Keyspace whose tables are cleaned up.
+    #[schemars(length(min = 1), regex(pattern = NAME))]
+    pub keyspace: String,
+    /// Tables to clean up; empty = every table of the keyspace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1), regex(pattern = NAME)))]
+    pub tables: Vec<String>,
+    /// The ranges this node owns, `(start, end]`, not overlapping. Exactly one of this and
+    /// `ownership: ManagementApi`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owned_ranges: Vec<TokenRange>,
+    /// `Ranges` (default): `ownedRanges`. `ManagementApi`: from the node's ring.
+    #[serde(default)]
+    pub ownership: Ownership,
+    /// The partitioner of the cluster (`Murmur3`, `Random`, `ByteOrdered`; default
+    /// `Murmur3`), as AnticompactionJob's.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "partitioner_field::deserialize"
+    )]
+    #[schemars(schema_with = "partitioner_field::schema")]
+    pub partitioner: Option<Partitioner>,
+    /// `Stage` (default): children of the split sstables in `<table>/cleave-staged/<job>/`,
+    /// nothing dropped, for `nodetool import --keep-repaired`. `Replace`: one crash-atomic
+    /// transaction per table (Cassandra stopped).
+    #[serde(default)]
+    pub publish: Publish,
+    /// Plan only: status gets the per-sstable verdicts and phase `Planned`.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Throttle for copied and re-encoded bytes (bytes/s, at least 1). Unset: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_bytes_per_second: Option<u64>,
+    /// Delete the job this many seconds after it finished. Unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ttl_seconds_after_finished: Option<i64>,
+    /// The Cassandra release that will read the children, as AnticompactionJob's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_cassandra: Option<String>,
+    /// Fields the schema does not know, kept to be refused (see `AnticompactionJobSpec::unknown`).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
 /// Where a RangeStream's children go: a receiving cleave, by address or by Service.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -360,6 +447,20 @@ pub struct SSTableResult {
     pub bytes_reencoded: u64,
     /// Partitions of this parent.
     pub partitions: u64,
+    /// CleanupJob only: what became of the sstable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<CleanupVerdict>,
+}
+
+/// What a cleanup did with one sstable.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum CleanupVerdict {
+    /// Wholly inside the owned ranges: the same file.
+    Kept,
+    /// Wholly outside: removed.
+    Dropped,
+    /// Across a boundary: replaced by children holding its owned partitions.
+    Split,
 }
 
 /// Who is executing the job: a worker that stops heartbeating loses it.
@@ -655,6 +756,18 @@ impl AnticompactionJobSpec {
     }
 }
 
+impl CleanupJobSpec {
+    /// As [`AnticompactionJobSpec::unknown_fields_explained`].
+    pub fn unknown_fields_explained(&self) -> Vec<UnknownField> {
+        describe_unknown::<CleanupJobSpec>("spec", &self.unknown)
+    }
+
+    /// As [`AnticompactionJobSpec::partitioner`].
+    pub fn partitioner(&self) -> Partitioner {
+        self.partitioner.unwrap_or(Partitioner::Murmur3)
+    }
+}
+
 impl RangeStreamSpec {
     /// The paths of the fields the schema does not know (`spec.dryrun`,
     /// `spec.destination.nodname`), sorted within each object.
@@ -728,6 +841,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 enum Kind {
     Job,
     Stream,
+    Cleanup,
 }
 
 /// The schema rules across fields, and what makes the generated schema one a 1.20
@@ -761,6 +875,7 @@ fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
     let doc = match kind {
         Kind::Job => type_description::<AnticompactionJobSpec>(),
         Kind::Stream => type_description::<RangeStreamSpec>(),
+        Kind::Cleanup => type_description::<CleanupJobSpec>(),
     };
     if spec.get("description").is_none() {
         if let Some(d) = doc {
@@ -770,6 +885,7 @@ fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
     let token_lists: &[&str] = match kind {
         Kind::Job => &["ranges", "transientRanges"],
         Kind::Stream => &["ranges"],
+        Kind::Cleanup => &["ownedRanges"],
     };
     let tokens = |pattern: &str| {
         let range = json!({"items": {"properties": {
@@ -820,6 +936,19 @@ fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
                 {"required": ["service"], "properties": {"endpoint": {"not": {}}}},
             ]);
         }
+        Kind::Cleanup => {
+            // Exactly one source of ownership: explicit ranges, or the management API.
+            spec["oneOf"] = json!([
+                {"required": ["ownedRanges"], "properties": {
+                    "ownedRanges": {"minItems": 1},
+                    "ownership": {"enum": ["Ranges"]},
+                }},
+                {"required": ["ownership"], "properties": {
+                    "ownership": {"enum": ["ManagementApi"]},
+                    "ownedRanges": {"maxItems": 0},
+                }},
+            ]);
+        }
     }
 }
 
@@ -852,6 +981,7 @@ pub fn crds() -> Result<Vec<serde_json::Value>, serde_json::Error> {
     [
         (Kind::Job, AnticompactionJob::crd()),
         (Kind::Stream, RangeStream::crd()),
+        (Kind::Cleanup, CleanupJob::crd()),
     ]
     .into_iter()
     .map(|(kind, crd)| {

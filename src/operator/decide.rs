@@ -289,15 +289,12 @@ impl TableClaim {
 /// was routed to this sidecar by mistake (it would never reach the named node's).
 pub fn check_node_label(
     labels: &std::collections::BTreeMap<String, String>,
-    spec: &AnticompactionJobSpec,
+    node_name: &str,
 ) -> Result<(), Failure> {
     match labels.get(NODE_LABEL) {
-        Some(l) if *l != spec.node_name => Err(Failure::new(
+        Some(l) if *l != node_name => Err(Failure::new(
             Reason::InvalidSpec,
-            format!(
-                "label {NODE_LABEL}={l} does not match spec.nodeName {:?}",
-                spec.node_name
-            ),
+            format!("label {NODE_LABEL}={l} does not match spec.nodeName {node_name:?}"),
         )),
         _ => Ok(()),
     }
@@ -543,13 +540,13 @@ mod tests {
     fn the_node_label_must_match_the_node_name() {
         let mut l = std::collections::BTreeMap::new();
         assert!(
-            check_node_label(&l, &spec()).is_ok(),
+            check_node_label(&l, &spec().node_name).is_ok(),
             "no label: the client-side filter decides"
         );
         l.insert(NODE_LABEL.to_string(), "n1".to_string());
-        assert!(check_node_label(&l, &spec()).is_ok());
+        assert!(check_node_label(&l, &spec().node_name).is_ok());
         l.insert(NODE_LABEL.to_string(), "n2".to_string());
-        assert!(check_node_label(&l, &spec()).is_err());
+        assert!(check_node_label(&l, &spec().node_name).is_err());
     }
 
     #[test]

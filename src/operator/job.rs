@@ -418,6 +418,7 @@ fn split_one(
         bytes_copied: report.bytes_copied,
         bytes_reencoded: report.bytes_reencoded,
         partitions: report.check.parent.count,
+        verdict: None,
     };
     Ok((result, report))
 }
@@ -640,6 +641,7 @@ mod tests {
                 bytes_copied: 0,
                 bytes_reencoded: 0,
                 partitions: 1,
+                verdict: None,
             }],
             ..Default::default()
         };

@@ -4,6 +4,7 @@
 //! HTTP endpoints.
 
 pub mod anticompaction;
+pub mod cleanup;
 pub mod controller;
 pub mod core;
 pub mod crd;
