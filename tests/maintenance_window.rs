@@ -12,102 +12,13 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use common::mgmt::StandIn;
 use common::*;
 
 const TABLE: &str = "t-0123456789abcdef0123456789abcdef";
-
-struct StandIn {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl StandIn {
-    fn start(dir: &Path, table: &Path, extra: &[&str]) -> StandIn {
-        let openapi = shared_dir()
-            .expect("shared dir")
-            .join("third-party/management-api/openapi.json");
-        let port_file = dir.join(format!("standin-{}.port", extra.join("_")));
-        let log = dir.join(format!("standin-{}.log", extra.join("_")));
-        let hold = table.join("standin.hold");
-        std::fs::write(&hold, b"").unwrap();
-        let child = Command::new("python3")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/mgmt_standin.py"))
-            .arg("--openapi")
-            .arg(&openapi)
-            .arg("--port-file")
-            .arg(&port_file)
-            .arg("--log")
-            .arg(&log)
-            .arg("--hold")
-            .arg(&hold)
-            .arg("--table")
-            .arg(table)
-            .args(["--ready-after", "1"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        let port = loop {
-            if let Ok(p) = std::fs::read_to_string(&port_file) {
-                break p.trim().parse().unwrap();
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "stand-in did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        StandIn { child, port, log }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Every exchange so far, asserting the document allowed each.
-    fn calls(&self) -> Vec<serde_json::Value> {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let calls: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        for c in &calls {
-            assert!(
-                c.get("violation").is_none(),
-                "an exchange the OpenAPI document does not allow: {c}"
-            );
-        }
-        calls
-    }
-
-    /// Whether the stand-in's Cassandra runs (`/lifecycle/pid` is 200).
-    fn cassandra_runs(&self) -> bool {
-        http_get(self.port, "/api/v0/lifecycle/pid").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
-    }
-}
-
-impl Drop for StandIn {
-    fn drop(&mut self) {
-        // SIGTERM: the stand-in kills its Cassandra process, then exits.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn setup() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
     let d = tempfile::tempdir().unwrap();

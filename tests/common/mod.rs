@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod k8s;
+pub mod mgmt;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -15,7 +15,7 @@ allow is logged with `"violation"`; a test asserts there is none.
 
 Usage: mgmt_standin.py --openapi FILE --port-file F --log F --hold FILE --table DIR
        [--start-fails] [--cluster-unhealthy] [--rf N] [--dc NAME] [--ready-after S]
-       [--cassandra-stopped]
+       [--cassandra-stopped] [--ring FILE]
 """
 
 import argparse
@@ -165,6 +165,9 @@ def main():
     ap.add_argument("--dc", default="dc1")
     ap.add_argument("--ready-after", type=float, default=1.0)
     ap.add_argument("--cassandra-stopped", action="store_true")
+    # JSON {"endpoints": [{ENDPOINT_IP, STATUS, IS_LOCAL, ...}], "ranges": [{tokens, endpoints}],
+    # "keyspaces": [...]}, read at every call so that a test can change the ring mid-run.
+    ap.add_argument("--ring")
     a = ap.parse_args()
     spec = Spec(a.openapi)
     node = Node(a.hold, not a.cassandra_stopped)
@@ -243,6 +246,17 @@ def main():
                     if running and time.monotonic() >= node.ready_at:
                         return 200, text, b"OK"
                     return 500, text, b""
+                if a.ring and (method, path) == ("GET", "/api/v0/metadata/endpoints"):
+                    with open(a.ring) as f:
+                        ring = json.load(f)
+                    return 200, js, json.dumps({"entity": ring["endpoints"]}).encode()
+                if a.ring and (method, path) == ("GET", "/api/v2/tokens/rangetoendpoint"):
+                    with open(a.ring) as f:
+                        ring = json.load(f)
+                    if query.get("keyspaceName") not in ring.get("keyspaces", []):
+                        return 404, text, b"keyspace not found"
+                    m = {"token_range_to_endpoints": ring["ranges"]}
+                    return 200, js, json.dumps(m).encode()
                 if (method, path) == ("GET", "/api/v0/probes/liveness"):
                     return 200, text, b"OK"
             return 404, text, b"not handled by the stand-in"
