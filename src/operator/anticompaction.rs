@@ -97,7 +97,8 @@ impl Kind for AnticompactionJob {
                 &c2,
                 &limits,
                 &mut on_step,
-            );
+            )
+            .map(|(outcome, _)| outcome);
             (r, worker_status)
         });
         let mut task = std::pin::pin!(task);
