@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cleave::split::plan::Layout;
 use cleave::split::publish::Publish;
