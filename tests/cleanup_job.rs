@@ -4,6 +4,8 @@
 //! exactly the parents' keys inside the owned ranges, judged by `sstcheck.py`
 //! (`SSTCHECK_RANGES`); a ring with a joining peer is `RingChanging` and changes nothing.
 
+#![cfg(test)]
+
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -77,7 +79,11 @@ fn fingerprint(shared: &Path, paths: &[PathBuf], ranges: &[(i64, i64)]) -> (u64,
     for l in String::from_utf8_lossy(&out.stdout).lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
         assert_eq!(v["ok"], true, "sstcheck: {v}");
-        let v = if ranges.is_empty() { &v } else { &v["in_ranges"] };
+        let v = if ranges.is_empty() {
+            &v
+        } else {
+            &v["in_ranges"]
+        };
         let h = |k: &str| u64::from_str_radix(v[k].as_str().unwrap(), 16).unwrap();
         fp.0 += v["partitions"].as_u64().unwrap();
         fp.1 ^= h("keys_xor");
@@ -103,7 +109,14 @@ fn job(m: &Path, name: &str, data: &Path, extra: &str) {
 
 fn run_once(m: &Path, api: &str) -> Output {
     Command::new(cleave_bin())
-        .args(["run", "--node", "n1", "--once", "--metrics-addr", "127.0.0.1:0"])
+        .args([
+            "run",
+            "--node",
+            "n1",
+            "--once",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
         .args(["--management-api", api])
         .arg("--local")
         .arg(m)
@@ -142,25 +155,42 @@ fn explicit_ranges_and_the_nodes_ring_give_the_same_owned_keys() {
         .iter()
         .map(|(l, r)| format!("    - {{start: \"{l}\", end: \"{r}\"}}\n"))
         .collect();
-    job(&m, "explicit", &data_a, &format!("  ownedRanges:\n{ranges}"));
+    job(
+        &m,
+        "explicit",
+        &data_a,
+        &format!("  ownedRanges:\n{ranges}"),
+    );
     job(&m, "ring", &data_b, "  ownership: ManagementApi\n");
     let out = run_once(&m, &api.url());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for (name, table) in [("explicit", &table_a), ("ring", &table_b)] {
         let s = status(&m, name);
         assert_eq!(s["phase"], "Complete", "{name}: {s:#?}");
         let results = s["results"].as_array().unwrap();
         assert_eq!(results.len(), 2, "{name}");
-        assert!(results.iter().all(|r| r["verdict"] == "Split"), "{name}: {results:#?}");
+        assert!(
+            results.iter().all(|r| r["verdict"] == "Split"),
+            "{name}: {results:#?}"
+        );
         let live = data_files(table);
         assert!(
-            !live.iter().any(|p| p.ends_with("nb-1-big-Data.db") || p.ends_with("nb-2-big-Data.db")),
+            !live
+                .iter()
+                .any(|p| p.ends_with("nb-1-big-Data.db") || p.ends_with("nb-2-big-Data.db")),
             "{name}: a parent is still live"
         );
         assert_eq!(fingerprint(&shared, &live, &[]), want, "{name}: live keys");
     }
     let calls = api.calls();
-    for path in ["/api/v0/metadata/endpoints", "/api/v2/tokens/rangetoendpoint"] {
+    for path in [
+        "/api/v0/metadata/endpoints",
+        "/api/v2/tokens/rangetoendpoint",
+    ] {
         // Read before the cleanup and again just before publishing.
         assert!(
             calls.iter().filter(|c| c["path"] == path).count() >= 2,
@@ -176,7 +206,6 @@ fn a_ring_with_a_joining_peer_is_ring_changing_and_changes_nothing() {
     };
     let d = tempfile::tempdir().unwrap();
     let (data, table) = setup(d.path(), "a");
-    let snap = snapshot(&table);
     let ring = d.path().join("ring.json");
     std::fs::write(&ring, ring_json(true)).unwrap();
     let api = StandIn::start(
@@ -184,15 +213,24 @@ fn a_ring_with_a_joining_peer_is_ring_changing_and_changes_nothing() {
         &table,
         &["--cassandra-stopped", "--ring", ring.to_str().unwrap()],
     );
+    // After the stand-in's start: it adds its own hold file to the table directory.
+    let snap = snapshot(&table);
     let m = d.path().join("manifests");
     std::fs::create_dir(&m).unwrap();
     job(&m, "ring", &data, "  ownership: ManagementApi\n");
     let out = run_once(&m, &api.url());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let s = status(&m, "ring");
     assert_eq!(s["phase"], "Failed", "{s:#?}");
     assert_eq!(s["reason"], "RingChanging", "{s:#?}");
-    assert!(s["message"].as_str().unwrap().contains("10.0.0.4"), "{s:#?}");
+    assert!(
+        s["message"].as_str().unwrap().contains("10.0.0.4"),
+        "{s:#?}"
+    );
     api.calls();
     assert_eq!(snapshot(&table), snap, "the table changed");
 }

@@ -7,6 +7,9 @@
 //! One control plane for the whole binary (`scripts/k8s-testenv.sh`), in one test; the
 //! checks that need no apiserver are separate tests. There is no kubelet: pods never run,
 //! so a server dry run (admission, defaulting, validation) is the check for pod specs.
+// Always true here; said so that clippy.toml's allow-unwrap-in-tests covers the helpers too
+// (rust-clippy#11119).
+#![cfg(test)]
 
 mod common;
 

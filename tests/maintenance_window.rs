@@ -9,11 +9,12 @@
 //! Replace guard sees it while it runs. What it cannot stand for: a JVM's real drain and
 //! start times, gossip; those are the agent's and Cassandra's (docs/operator.md).
 
+#![cfg(test)]
+
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 use common::mgmt::StandIn;
 use common::*;
@@ -235,8 +236,9 @@ fn an_unhealthy_cluster_or_a_budget_too_small_changes_nothing() {
         return;
     };
     let (d, data, table, m) = setup();
-    let snap = snapshot(&table);
     let api = StandIn::start(d.path(), &table, &["--cluster-unhealthy"]);
+    // After the stand-in's start: it adds its own hold file to the table directory.
+    let snap = snapshot(&table);
     write_job(&m, "sick", "");
     write_job(&m, "short", "  maxDowntimeSeconds: 30\n");
     let out = run_once(&m, &data, &api.url(), &[]);

@@ -319,7 +319,8 @@ impl AnticompactionJob {
                 &c2,
                 &limits,
                 &mut on_step,
-            );
+            )
+            .map(|(outcome, _)| outcome);
             (r, worker_status)
         });
         let mut task = std::pin::pin!(task);

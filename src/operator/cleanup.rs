@@ -143,10 +143,16 @@ fn parse_ranges(spec: &CleanupJobSpec) -> Result<Vec<TokenRange>, Failure> {
         .enumerate()
         .map(|(i, r)| {
             let l = p.parse_token(&r.start).map_err(|e| {
-                Failure::new(Reason::InvalidRange, format!("spec.ownedRanges[{i}].start: {e}"))
+                Failure::new(
+                    Reason::InvalidRange,
+                    format!("spec.ownedRanges[{i}].start: {e}"),
+                )
             })?;
             let h = p.parse_token(&r.end).map_err(|e| {
-                Failure::new(Reason::InvalidRange, format!("spec.ownedRanges[{i}].end: {e}"))
+                Failure::new(
+                    Reason::InvalidRange,
+                    format!("spec.ownedRanges[{i}].end: {e}"),
+                )
             })?;
             Ok(TokenRange::new(l, h))
         })
@@ -191,7 +197,8 @@ impl CleanupJob {
                         format!("the ring gives this node no range of keyspace {}: refusing to drop every sstable", spec.keyspace),
                     ));
                 }
-                let (client, ks, expect) = (api.client.clone(), spec.keyspace.clone(), first.clone());
+                let (client, ks, expect) =
+                    (api.client.clone(), spec.keyspace.clone(), first.clone());
                 let handle = tokio::runtime::Handle::current();
                 // Called on the blocking thread just before each table is published.
                 let gate = Gate(Arc::new(move || {
@@ -234,7 +241,8 @@ impl CleanupJob {
                         let o = t.join(STAGED_DIR).join(&name);
                         if o.is_dir() {
                             // A run killed before recording this table: stage it again.
-                            std::fs::remove_dir_all(&o).map_err(|e| Failure::io(o.display(), &e))?;
+                            std::fs::remove_dir_all(&o)
+                                .map_err(|e| Failure::io(o.display(), &e))?;
                         }
                         std::fs::create_dir_all(&o).map_err(|e| Failure::io(o.display(), &e))?;
                         Some(o)
@@ -335,8 +343,12 @@ impl CleanupJob {
                 run.cancel.store(true, Ordering::Relaxed);
             }
         };
-        let (cancelled, st) = joined
-            .map_err(|e| Failure::new(Reason::IoError, format!("the job's worker thread failed: {e}")))??;
+        let (cancelled, st) = joined.map_err(|e| {
+            Failure::new(
+                Reason::IoError,
+                format!("the job's worker thread failed: {e}"),
+            )
+        })??;
         *latest = status::next(
             latest,
             Event::Progress {

@@ -11,49 +11,14 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::sstable::Partitioner;
 
-/// `(start, end]`, tokens as decimal strings (Murmur3, Random) or hex (ByteOrdered).
-// No catch-all for unknown fields here: both fields are required, so a misspelt one is
-// refused as missing, and nothing optional can be misspelt.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-pub struct TokenRange {
-    /// Exclusive start token: decimal for Murmur3 (signed 64-bit) and Random (0..2^127, or
-    /// -1, its minimum), an even number of hex digits for ByteOrdered (`spec.partitioner`).
-    #[schemars(regex(pattern = TOKEN_ANY))]
-    pub start: String,
-    /// Inclusive end token, in the same notation.
-    #[schemars(regex(pattern = TOKEN_ANY))]
-    pub end: String,
-}
+/// `(start, end]` as written (the engine's `RangeSpec`, one type from the CRD to the
+/// ranges file of `cleave split --ranges`).
+pub use crate::split::ranges::{RangeSpec as TokenRange, TOKEN_ANY};
 
-/// Child Data.db layout (docs/split.md).
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum Layout {
-    #[default]
-    Auto,
-    Aligned,
-    Padded,
-    Copy,
-    Regrid,
-}
-
-/// How each child's `Digest.crc32` is made.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum Digest {
-    #[default]
-    Off,
-    Combine,
-    Full,
-}
-
-/// Where the children go once checked.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum Publish {
-    /// Children next to the parent in a staging area for `nodetool import`; parent kept.
-    #[default]
-    Stage,
-    /// Children replace the parent atomically (the node's Cassandra must be stopped).
-    Replace,
-}
+// One type per concept from the CRD to the engine: the engine's own, with the CRD's
+// serialized names (PascalCase, as Kubernetes enums are).
+pub use crate::split::plan::{DigestPolicy, LayoutRequest};
+pub use crate::split::publish::Publish;
 
 /// How a `Replace` gets its stopped Cassandra.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -137,11 +102,11 @@ pub struct AnticompactionJobSpec {
     /// `Padded` only for readers without data mmap, `Copy` copies, `Regrid` rewrites the
     /// chunk grid (no dead prefix), `Auto` (default) picks per child.
     #[serde(default)]
-    pub layout: Layout,
+    pub layout: LayoutRequest,
     /// `Digest.crc32` of each child: `Off` (default; none), `Combine` (derived from the
     /// per-chunk CRCs), `Full` (reads the child).
     #[serde(default)]
-    pub digest: Digest,
+    pub digest: DigestPolicy,
     /// `Stage` (default): children in `<table>/cleave-staged/<job>/`, parents kept, for
     /// `nodetool import`. `Replace`: children replace their parents atomically (Cassandra
     /// stopped).
@@ -299,17 +264,8 @@ pub struct Destination {
     pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
-/// What the receiver does with the checked children.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum Import {
-    /// Leave received sstables in the receiver's staging directory.
-    #[default]
-    None,
-    /// Place them in the table's staging directory for an operator's `nodetool import`.
-    Staging,
-    /// Import them into the live table.
-    Import,
-}
+/// What the receiver does with the checked children (the manifest's own type).
+pub use crate::stream::manifest::Import;
 
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -360,7 +316,7 @@ pub struct RangeStreamSpec {
     pub partitioner: Option<Partitioner>,
     /// Child Data.db layout, as AnticompactionJob.spec.layout (default `Auto`).
     #[serde(default)]
-    pub layout: Layout,
+    pub layout: LayoutRequest,
     /// Throttle on bytes sent (bytes/s, at least 1). Unset: unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -638,9 +594,6 @@ pub struct StreamChildResult {
 // generated CRD by `admission_rules`, after kube's structural rewrite (which would hoist the
 // properties of an `anyOf`/`oneOf` into the object).
 
-/// Any token of any partitioner (the per-family rules are in `admission_rules`), so that a
-/// word such as `abc` is refused with a message naming the field.
-pub const TOKEN_ANY: &str = "^(-?[0-9]+|([0-9a-fA-F]{2})*)$";
 /// `Murmur3Partitioner`: a signed 64-bit decimal (`LongToken`).
 pub const TOKEN_MURMUR3: &str = "^-?[0-9]{1,19}$";
 /// `RandomPartitioner`: a decimal 0..=2^127 (`BigIntegerToken`), or -1, its minimum.
@@ -765,6 +718,40 @@ impl CleanupJobSpec {
     /// As [`AnticompactionJobSpec::partitioner`].
     pub fn partitioner(&self) -> Partitioner {
         self.partitioner.unwrap_or(Partitioner::Murmur3)
+    }
+}
+
+#[cfg(test)]
+impl AnticompactionJobSpec {
+    /// The operator's unit tests' spec: node `n1`, keyspace `ks`, range (0, 100], repaired
+    /// at 2023-11-14, every option at its default; each test changes what it is about.
+    pub(crate) fn for_tests() -> AnticompactionJobSpec {
+        AnticompactionJobSpec {
+            node_name: "n1".into(),
+            data_directory: None,
+            keyspace: "ks".into(),
+            tables: vec![],
+            sstables: vec![],
+            ranges: vec![TokenRange {
+                start: "0".into(),
+                end: "100".into(),
+            }],
+            transient_ranges: vec![],
+            repaired_at: Some(1_700_000_000_000),
+            pending_repair: None,
+            layout: Default::default(),
+            digest: Default::default(),
+            publish: Default::default(),
+            dry_run: false,
+            maintenance: Default::default(),
+            max_downtime_seconds: None,
+            max_bytes_per_second: None,
+            parallelism: None,
+            ttl_seconds_after_finished: None,
+            target_cassandra: None,
+            partitioner: None,
+            unknown: Default::default(),
+        }
     }
 }
 
@@ -1084,7 +1071,7 @@ mod tests {
     #[test]
     fn the_crds_describe_every_field_and_keep_unknown_spec_fields() {
         let crds = crds().unwrap();
-        assert_eq!(crds.len(), 2);
+        assert_eq!(crds.len(), 3);
         for crd in &crds {
             let v = &crd["spec"]["versions"][0];
             let schema = &v["schema"]["openAPIV3Schema"];
@@ -1096,7 +1083,9 @@ mod tests {
             assert!(!text.contains("\"default\""), "no defaults");
             let spec = &schema["properties"]["spec"];
             assert_eq!(spec["x-kubernetes-preserve-unknown-fields"], json!(true));
-            assert_eq!(spec["properties"]["ranges"]["minItems"], json!(1));
+            if crd["spec"]["names"]["kind"] != "CleanupJob" {
+                assert_eq!(spec["properties"]["ranges"]["minItems"], json!(1));
+            }
             let columns: Vec<&str> = v["additionalPrinterColumns"]
                 .as_array()
                 .unwrap()

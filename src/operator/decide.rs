@@ -384,32 +384,7 @@ mod tests {
     use super::*;
 
     fn spec() -> AnticompactionJobSpec {
-        AnticompactionJobSpec {
-            node_name: "n1".into(),
-            data_directory: None,
-            keyspace: "ks".into(),
-            tables: vec![],
-            sstables: vec![],
-            ranges: vec![R {
-                start: "0".into(),
-                end: "100".into(),
-            }],
-            transient_ranges: vec![],
-            repaired_at: Some(1_700_000_000_000),
-            pending_repair: None,
-            layout: Default::default(),
-            digest: Default::default(),
-            publish: Default::default(),
-            dry_run: false,
-            maintenance: Default::default(),
-            max_downtime_seconds: None,
-            max_bytes_per_second: None,
-            parallelism: None,
-            ttl_seconds_after_finished: None,
-            target_cassandra: None,
-            partitioner: None,
-            unknown: Default::default(),
-        }
+        AnticompactionJobSpec::for_tests()
     }
 
     fn job(

@@ -100,4 +100,3 @@ impl Drop for StandIn {
         let _ = self.child.wait();
     }
 }
-
