@@ -315,28 +315,54 @@ impl Client {
         }
     }
 
+    /// A call whose one success is `200`: its answer, or `Unexpected`.
+    async fn ok200(
+        &self,
+        method: Method,
+        path: &str,
+        json: Option<serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<Answer, MgmtError> {
+        let name = if method == Method::POST {
+            "POST"
+        } else {
+            "GET"
+        };
+        let a = self.call(method, path, json, timeout).await?;
+        if a.status != 200 {
+            return Err(Self::unexpected(name, path, &a, "200"));
+        }
+        Ok(a)
+    }
+
+    /// The JSON body of `a` as the document's `schema` (named in the error).
+    fn json<T: serde::de::DeserializeOwned>(
+        path: &str,
+        a: &Answer,
+        schema: &str,
+    ) -> Result<T, MgmtError> {
+        serde_json::from_slice(&a.body).map_err(|e| MgmtError::BadAnswer {
+            path: path.to_string(),
+            what: format!("not {schema}: {e}"),
+        })
+    }
+
     /// `GET /api/v0/metadata/versions/release`: the Cassandra release (`4.0.1`).
     pub async fn release_version(&self) -> Result<String, MgmtError> {
         let path = "/api/v0/metadata/versions/release";
         let a = self
-            .call(Method::GET, path, None, self.endpoint.timeout)
+            .ok200(Method::GET, path, None, self.endpoint.timeout)
             .await?;
-        match a.status {
-            200 => Ok(a.text()),
-            _ => Err(Self::unexpected("GET", path, &a, "200")),
-        }
+        Ok(a.text())
     }
 
     /// `GET /api/v0/metadata/localdc`: this node's data center.
     pub async fn local_dc(&self) -> Result<String, MgmtError> {
         let path = "/api/v0/metadata/localdc";
         let a = self
-            .call(Method::GET, path, None, self.endpoint.timeout)
+            .ok200(Method::GET, path, None, self.endpoint.timeout)
             .await?;
-        match a.status {
-            200 => Ok(a.text()),
-            _ => Err(Self::unexpected("GET", path, &a, "200")),
-        }
+        Ok(a.text())
     }
 
     /// `GET /api/v0/ops/keyspace/replication?keyspaceName=`: the replication factor of
@@ -352,18 +378,11 @@ impl Client {
             query_escape(keyspace)
         );
         let a = self
-            .call(Method::GET, &path, None, self.endpoint.timeout)
+            .ok200(Method::GET, &path, None, self.endpoint.timeout)
             .await?;
-        if a.status != 200 {
-            return Err(Self::unexpected("GET", &path, &a, "200"));
-        }
         // The document types the answer as a JSON string holding the map; the agent sends
         // the map itself. Both are read.
-        let v: serde_json::Value =
-            serde_json::from_slice(&a.body).map_err(|e| MgmtError::BadAnswer {
-                path: path.clone(),
-                what: format!("not JSON: {e}"),
-            })?;
+        let v: serde_json::Value = Self::json(&path, &a, "JSON")?;
         let v = match v {
             serde_json::Value::String(s) => {
                 serde_json::from_str(&s).map_err(|e| MgmtError::BadAnswer {
@@ -421,32 +440,23 @@ impl Client {
     ) -> Result<(), MgmtError> {
         let path = "/api/v0/ops/tables/flush";
         let body = serde_json::json!({ "keyspace_name": keyspace, "tables": tables, "jobs": 0 });
-        let a = self.call(Method::POST, path, Some(body), timeout).await?;
-        match a.status {
-            200 => Ok(()),
-            _ => Err(Self::unexpected("POST", path, &a, "200")),
-        }
+        self.ok200(Method::POST, path, Some(body), timeout).await?;
+        Ok(())
     }
 
     /// `POST /api/v0/ops/node/drain`: flush everything, stop accepting writes (what
     /// cass-operator's preStop hook does before a pod is deleted).
     pub async fn drain(&self, timeout: Duration) -> Result<(), MgmtError> {
         let path = "/api/v0/ops/node/drain";
-        let a = self.call(Method::POST, path, None, timeout).await?;
-        match a.status {
-            200 => Ok(()),
-            _ => Err(Self::unexpected("POST", path, &a, "200")),
-        }
+        self.ok200(Method::POST, path, None, timeout).await?;
+        Ok(())
     }
 
     /// `POST /api/v0/lifecycle/stop`.
     pub async fn stop(&self, timeout: Duration) -> Result<(), MgmtError> {
         let path = "/api/v0/lifecycle/stop";
-        let a = self.call(Method::POST, path, None, timeout).await?;
-        match a.status {
-            200 => Ok(()),
-            _ => Err(Self::unexpected("POST", path, &a, "200")),
-        }
+        self.ok200(Method::POST, path, None, timeout).await?;
+        Ok(())
     }
 
     /// `GET /api/v0/lifecycle/pid`: the running Cassandra's pid, `None` on 204.
@@ -499,16 +509,9 @@ impl Client {
     ) -> Result<Vec<std::collections::BTreeMap<String, String>>, MgmtError> {
         let path = "/api/v0/metadata/endpoints";
         let a = self
-            .call(Method::GET, path, None, self.endpoint.timeout)
+            .ok200(Method::GET, path, None, self.endpoint.timeout)
             .await?;
-        if a.status != 200 {
-            return Err(Self::unexpected("GET", path, &a, "200"));
-        }
-        let e: EndpointStates =
-            serde_json::from_slice(&a.body).map_err(|e| MgmtError::BadAnswer {
-                path: path.into(),
-                what: format!("not EndpointStates: {e}"),
-            })?;
+        let e: EndpointStates = Self::json(path, &a, "EndpointStates")?;
         Ok(e.entity)
     }
 
@@ -522,16 +525,9 @@ impl Client {
             query_escape(keyspace)
         );
         let a = self
-            .call(Method::GET, &path, None, self.endpoint.timeout)
+            .ok200(Method::GET, &path, None, self.endpoint.timeout)
             .await?;
-        if a.status != 200 {
-            return Err(Self::unexpected("GET", &path, &a, "200"));
-        }
-        let r: RangeToEndpoint =
-            serde_json::from_slice(&a.body).map_err(|e| MgmtError::BadAnswer {
-                path: path.clone(),
-                what: format!("not TokenRangeToEndpointResponse: {e}"),
-            })?;
+        let r: RangeToEndpoint = Self::json(&path, &a, "TokenRangeToEndpointResponse")?;
         Ok(r.token_range_to_endpoints)
     }
 }

@@ -50,12 +50,8 @@ impl Kind for CleanupJob {
         let spec = &self.spec;
         decide::check_unknown_fields("CleanupJob", &spec.unknown_fields_explained())
             .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
-        if spec.max_bytes_per_second == Some(0) {
-            return Err(Failure::new(
-                Reason::InvalidSpec,
-                "spec.maxBytesPerSecond is 0: it must be at least 1 (leave it unset for no limit)",
-            ));
-        }
+        decide::check_rate(spec.max_bytes_per_second)
+            .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
         decide::check_node_label(self.labels(), &spec.node_name)?;
         match (spec.ownership, spec.owned_ranges.is_empty()) {
             (Ownership::Ranges, true) => Err(Failure::new(
@@ -137,26 +133,7 @@ fn data_dir(spec: &CleanupJobSpec, default: &Path) -> PathBuf {
 
 /// `spec.ownedRanges` as the engine takes them.
 fn parse_ranges(spec: &CleanupJobSpec) -> Result<Vec<TokenRange>, Failure> {
-    let p = spec.partitioner();
-    spec.owned_ranges
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let l = p.parse_token(&r.start).map_err(|e| {
-                Failure::new(
-                    Reason::InvalidRange,
-                    format!("spec.ownedRanges[{i}].start: {e}"),
-                )
-            })?;
-            let h = p.parse_token(&r.end).map_err(|e| {
-                Failure::new(
-                    Reason::InvalidRange,
-                    format!("spec.ownedRanges[{i}].end: {e}"),
-                )
-            })?;
-            Ok(TokenRange::new(l, h))
-        })
-        .collect()
+    decide::parse_token_ranges("ownedRanges", &spec.owned_ranges, spec.partitioner())
 }
 
 fn to_token_ranges(rs: &[ring::Range]) -> Vec<TokenRange> {

@@ -104,25 +104,32 @@ pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `spec.<what>` as the engine's ranges in partitioner `p`; a token that does not parse is
+/// `InvalidRange` naming `spec.<what>[i].start|end`.
+pub fn parse_token_ranges(
+    what: &str,
+    rs: &[super::crd::TokenRange],
+    p: Partitioner,
+) -> Result<Vec<TokenRange>, Failure> {
+    rs.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let l = p.parse_token(&r.start).map_err(|e| {
+                Failure::new(Reason::InvalidRange, format!("spec.{what}[{i}].start: {e}"))
+            })?;
+            let h = p.parse_token(&r.end).map_err(|e| {
+                Failure::new(Reason::InvalidRange, format!("spec.{what}[{i}].end: {e}"))
+            })?;
+            Ok(TokenRange::new(l, h))
+        })
+        .collect()
+}
+
 /// The ranges as the split engine takes them, for the sstables' partitioner.
 pub fn validate_ranges(
     spec: &AnticompactionJobSpec,
     p: Partitioner,
 ) -> Result<RepairedRanges, Failure> {
-    let conv = |what: &str, rs: &[super::crd::TokenRange]| -> Result<Vec<TokenRange>, Failure> {
-        rs.iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let l = p.parse_token(&r.start).map_err(|e| {
-                    Failure::new(Reason::InvalidRange, format!("spec.{what}[{i}].start: {e}"))
-                })?;
-                let h = p.parse_token(&r.end).map_err(|e| {
-                    Failure::new(Reason::InvalidRange, format!("spec.{what}[{i}].end: {e}"))
-                })?;
-                Ok(TokenRange::new(l, h))
-            })
-            .collect()
-    };
     let session = match (&spec.repaired_at, &spec.pending_repair) {
         (Some(ms), _) => RepairSession::RepairedAt(*ms),
         (None, Some(u)) => RepairSession::Pending(
@@ -138,8 +145,8 @@ pub fn validate_ranges(
         }
     };
     let r = RepairedRanges {
-        full: conv("ranges", &spec.ranges)?,
-        transient: conv("transientRanges", &spec.transient_ranges)?,
+        full: parse_token_ranges("ranges", &spec.ranges, p)?,
+        transient: parse_token_ranges("transientRanges", &spec.transient_ranges, p)?,
         session,
     };
     r.validate(p)
@@ -368,7 +375,8 @@ pub fn check_schema_rules_stream(spec: &RangeStreamSpec) -> Result<(), String> {
     Ok(())
 }
 
-fn check_rate(max_bytes_per_second: Option<u64>) -> Result<(), String> {
+/// `maxBytesPerSecond: 0` refused (it would throttle to nothing; unset is unlimited).
+pub fn check_rate(max_bytes_per_second: Option<u64>) -> Result<(), String> {
     match max_bytes_per_second {
         Some(0) => Err(
             "spec.maxBytesPerSecond is 0: it must be at least 1 (leave it unset for no limit)"
