@@ -1,8 +1,9 @@
-//! `CleanupJob` through the sidecar (`cleave run --local`): explicit `ownedRanges`, and
-//! `ownership: ManagementApi` against the management API stand-in (`tests/common/mgmt.rs`,
-//! every exchange checked against the agent's OpenAPI document), give the same live keys:
-//! exactly the parents' keys inside the owned ranges, judged by `sstcheck.py`
-//! (`SSTCHECK_RANGES`); a ring with a joining peer is `RingChanging` and changes nothing.
+//! `CleanupJob` through the sidecar, in local mode (`cleave run --local`) and on the real
+//! apiserver (`scripts/k8s-testenv.sh`): explicit `ownedRanges`, and `ownership:
+//! ManagementApi` against the management API stand-in (`tests/common/mgmt.rs`, every
+//! exchange checked against the agent's OpenAPI document), give the same live keys: exactly
+//! the parents' keys inside the owned ranges, judged by `sstcheck.py` (`SSTCHECK_RANGES`); a
+//! ring with a joining peer is `RingChanging` and changes nothing.
 
 #![cfg(test)]
 
@@ -11,8 +12,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use common::k8s::{control_plane_or_skip, Cluster, Sidecar};
 use common::mgmt::StandIn;
 use common::*;
+use std::time::Duration;
 
 const TABLE: &str = "t-0123456789abcdef0123456789abcdef";
 const ME: &str = "10.0.0.1";
@@ -233,4 +236,124 @@ fn a_ring_with_a_joining_peer_is_ring_changing_and_changes_nothing() {
     );
     api.calls();
     assert_eq!(snapshot(&table), snap, "the table changed");
+}
+
+/// The same CleanupJob as [`job`], as the apiserver takes it (namespace, node label).
+fn kube_job(name: &str, data: &Path, extra: &str) -> String {
+    format!("apiVersion: cleave.dev/v1alpha1\nkind: CleanupJob\nmetadata:\n  name: {name}\n  namespace: default\n  labels:\n    cleave.dev/node: n1\nspec:\n  nodeName: n1\n  dataDirectory: {}\n  keyspace: ks\n  publish: Replace\n{extra}", data.display())
+}
+
+/// The job's status once it has ended (`Complete` or `Failed`).
+fn ended(c: &Cluster, name: &str) -> serde_json::Value {
+    c.wait(name, Duration::from_secs(120), || {
+        let o = c.get("cleanupjob", name)?;
+        let p = o["status"]["phase"].as_str()?;
+        ["Complete", "Failed"]
+            .contains(&p)
+            .then(|| o["status"].clone())
+    })
+}
+
+#[test]
+fn on_the_real_apiserver_explicit_ranges_and_the_ring_agree_and_a_joining_peer_changes_nothing() {
+    let Some(shared) = corpus_or_skip("cleanup job on the apiserver") else {
+        return;
+    };
+    if !control_plane_or_skip("cleanup job on the apiserver") {
+        return;
+    }
+    let cluster = Cluster::start();
+    cluster.apply_crds();
+    let d = tempfile::tempdir().unwrap();
+    let (data_a, table_a) = setup(d.path(), "a");
+    let (data_b, table_b) = setup(d.path(), "b");
+    let owned = mine();
+    let want = fingerprint(&shared, &data_files(&table_a), &owned);
+    assert!(want.0 > 0, "the owned ranges hold keys");
+    let ring = d.path().join("ring.json");
+    std::fs::write(&ring, ring_json(false)).unwrap();
+    let api = StandIn::start(
+        d.path(),
+        &table_b,
+        &["--cassandra-stopped", "--ring", ring.to_str().unwrap()],
+    );
+    let url = api.url();
+    let sidecar = Sidecar::start_with(&cluster, &data_a, &[], &["--management-api", &url]);
+    let ranges: String = owned
+        .iter()
+        .map(|(l, r)| format!("    - {{start: \"{l}\", end: \"{r}\"}}\n"))
+        .collect();
+    cluster.apply(&kube_job(
+        "explicit",
+        &data_a,
+        &format!("  ownedRanges:\n{ranges}"),
+    ));
+    cluster.apply(&kube_job("ring", &data_b, "  ownership: ManagementApi\n"));
+    for (name, table) in [("explicit", &table_a), ("ring", &table_b)] {
+        let s = ended(&cluster, name);
+        assert_eq!(s["phase"], "Complete", "{name}: {s:#?}\n{}", sidecar.log());
+        let results = s["results"].as_array().unwrap();
+        assert_eq!(results.len(), 2, "{name}");
+        assert!(
+            results.iter().all(|r| r["verdict"] == "Split"),
+            "{name}: {results:#?}"
+        );
+        assert_eq!(
+            s["progress"]["summary"], "0 kept, 0 dropped, 2 split",
+            "{name}"
+        );
+        assert_eq!(
+            fingerprint(&shared, &data_files(table), &[]),
+            want,
+            "{name}: the live keys are the parents' owned keys"
+        );
+    }
+    assert_eq!(
+        sidecar.counter("cleave_cleanup_sstables_total{verdict=\"split\"}"),
+        4.0,
+        "{}",
+        sidecar.log()
+    );
+    assert!(sidecar.counter("cleave_cleanup_bytes_reclaimed_total") > 0.0);
+    api.calls();
+    drop(sidecar);
+    drop(api);
+
+    // A peer joins: the job is refused before anything is written.
+    let (data_c, table_c) = setup(d.path(), "c");
+    let joining = d.path().join("ring-joining.json");
+    std::fs::write(&joining, ring_json(true)).unwrap();
+    let api = StandIn::start(
+        d.path(),
+        &table_c,
+        &["--cassandra-stopped", "--ring", joining.to_str().unwrap()],
+    );
+    let snap = snapshot(&table_c);
+    let url = api.url();
+    let sidecar = Sidecar::start_with(&cluster, &data_c, &[], &["--management-api", &url]);
+    cluster.apply(&kube_job(
+        "joining",
+        &data_c,
+        "  ownership: ManagementApi\n",
+    ));
+    let s = ended(&cluster, "joining");
+    assert_eq!(s["phase"], "Failed", "{s:#?}\n{}", sidecar.log());
+    assert_eq!(s["reason"], "RingChanging", "{s:#?}");
+    let failed = s["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(failed["reason"], "RingChanging", "{s:#?}");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("10.0.0.4"),
+        "{s:#?}"
+    );
+    api.calls();
+    assert_eq!(snapshot(&table_c), snap, "the table changed");
 }

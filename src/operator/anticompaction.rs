@@ -2,7 +2,7 @@
 //! `job.rs` on a blocking thread, progress and heartbeat through the lease) and the
 //! cleanup of its leftovers.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,17 +24,7 @@ impl Kind for AnticompactionJob {
     const KIND: &'static str = "AnticompactionJob";
     const NOUN: &'static str = "job";
 
-    fn status(&self) -> Option<&JobStatus> {
-        self.status.as_ref()
-    }
-
-    fn set_status(&mut self, status: Option<JobStatus>) {
-        self.status = status;
-    }
-
-    fn acting_node(&self) -> &str {
-        &self.spec.node_name
-    }
+    crate::kind_status_and_node!(node_name);
 
     fn validate(&self) -> Result<(), Failure> {
         // Unknown fields first: a misspelt `dryRun` must never let a job run for real.
@@ -60,12 +50,7 @@ impl Kind for AnticompactionJob {
         let started = Instant::now();
         let mut lease = run.lease(&*ctx, &*self);
         let mut latest = std::mem::take(&mut run.claimed);
-        let data_dir = self
-            .spec
-            .data_directory
-            .clone()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| ctx.data_dir.clone());
+        let data_dir = decide::data_dir(self.spec.data_directory.as_deref(), &ctx.data_dir);
         let windowed = wants_window(&self.spec);
         if windowed {
             if let Err(f) = self
@@ -121,12 +106,7 @@ impl Kind for AnticompactionJob {
     /// Removes this job's unpublished leftovers (staging directories, an interrupted
     /// replace) on this node. Children already published stay: they are Cassandra's data.
     async fn cleanup<S: Store>(self: Arc<Self>, ctx: Arc<Ctx<S>>, _stopped: bool) -> String {
-        let data_dir = self
-            .spec
-            .data_directory
-            .clone()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| ctx.data_dir.clone());
+        let data_dir = decide::data_dir(self.spec.data_directory.as_deref(), &ctx.data_dir);
         let name = self.name_any();
         let spec = self.spec.clone();
         let r = tokio::task::spawn_blocking(move || {

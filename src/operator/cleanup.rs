@@ -34,17 +34,7 @@ impl Kind for CleanupJob {
     const KIND: &'static str = "CleanupJob";
     const NOUN: &'static str = "job";
 
-    fn status(&self) -> Option<&JobStatus> {
-        self.status.as_ref()
-    }
-
-    fn set_status(&mut self, status: Option<JobStatus>) {
-        self.status = status;
-    }
-
-    fn acting_node(&self) -> &str {
-        &self.spec.node_name
-    }
+    crate::kind_status_and_node!(node_name);
 
     fn validate(&self) -> Result<(), Failure> {
         let spec = &self.spec;
@@ -126,9 +116,7 @@ impl Kind for CleanupJob {
 }
 
 fn data_dir(spec: &CleanupJobSpec, default: &Path) -> PathBuf {
-    spec.data_directory
-        .as_deref()
-        .map_or_else(|| default.to_path_buf(), PathBuf::from)
+    decide::data_dir(spec.data_directory.as_deref(), default)
 }
 
 /// `spec.ownedRanges` as the engine takes them.

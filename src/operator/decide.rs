@@ -262,13 +262,15 @@ pub struct TableClaim {
     pub tables: Vec<String>,
 }
 
+/// A job's data directory: `spec.dataDirectory`, else the sidecar's `--data-dir`.
+pub fn data_dir(data_directory: Option<&str>, default: &Path) -> PathBuf {
+    data_directory.map_or_else(|| default.to_path_buf(), PathBuf::from)
+}
+
 impl TableClaim {
     pub fn of(spec: &AnticompactionJobSpec, default_data_dir: &Path) -> TableClaim {
         TableClaim {
-            data_dir: spec
-                .data_directory
-                .as_deref()
-                .map_or_else(|| default_data_dir.to_path_buf(), PathBuf::from),
+            data_dir: data_dir(spec.data_directory.as_deref(), default_data_dir),
             keyspace: spec.keyspace.clone(),
             tables: spec.tables.clone(),
         }

@@ -253,17 +253,7 @@ impl Kind for RangeStream {
     const NOUN: &'static str = "stream";
     const STOP_BUDGET: Duration = Duration::from_secs(120);
 
-    fn status(&self) -> Option<&JobStatus> {
-        self.status.as_ref()
-    }
-
-    fn set_status(&mut self, status: Option<JobStatus>) {
-        self.status = status;
-    }
-
-    fn acting_node(&self) -> &str {
-        &self.spec.source_node
-    }
+    crate::kind_status_and_node!(source_node);
 
     fn validate(&self) -> Result<(), Failure> {
         super::decide::check_schema_rules_stream(&self.spec)

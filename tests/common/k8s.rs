@@ -77,7 +77,7 @@ impl Cluster {
         Cluster { dir, kubeconfig }
     }
 
-    /// Applies cleave's CRDs (`crds/`) and waits until both are established.
+    /// Applies cleave's CRDs (`crds/`) and waits until all three are established.
     pub fn apply_crds(&self) {
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/cleave.dev.yaml");
         self.ok(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
@@ -88,6 +88,7 @@ impl Cluster {
             "--timeout=60s",
             "crd/anticompactionjobs.cleave.dev",
             "crd/rangestreams.cleave.dev",
+            "crd/cleanupjobs.cleave.dev",
         ]);
     }
 
@@ -214,6 +215,11 @@ pub struct Sidecar {
 impl Sidecar {
     /// Starts it with `env` added (e.g. `CLEAVE_CRASH_AT`), without waiting for it.
     pub fn spawn(c: &Cluster, data: &Path, env: &[(&str, &str)]) -> Sidecar {
+        Sidecar::spawn_with(c, data, env, &[])
+    }
+
+    /// [`Sidecar::spawn`] with more flags (e.g. `--management-api URL`).
+    pub fn spawn_with(c: &Cluster, data: &Path, env: &[(&str, &str)], args: &[&str]) -> Sidecar {
         let port = super::free_port();
         let log = c.dir.path().join(format!("sidecar-{port}.log"));
         let mut cmd = Command::new(super::cleave_bin());
@@ -226,6 +232,7 @@ impl Sidecar {
             // The space pre-flight's 10% reserve is about the node's disk, not these
             // small tables: a shared CI disk above 90% would fail the jobs.
             .args(["--min-free-percent", "0"])
+            .args(args)
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
@@ -239,7 +246,12 @@ impl Sidecar {
 
     /// [`Sidecar::spawn`], then waits until `/readyz` answers 200 (both CRDs listed).
     pub fn start(c: &Cluster, data: &Path, env: &[(&str, &str)]) -> Sidecar {
-        let s = Sidecar::spawn(c, data, env);
+        Sidecar::start_with(c, data, env, &[])
+    }
+
+    /// [`Sidecar::start`] with more flags.
+    pub fn start_with(c: &Cluster, data: &Path, env: &[(&str, &str)], args: &[&str]) -> Sidecar {
+        let s = Sidecar::spawn_with(c, data, env, args);
         c.wait("readyz", Duration::from_secs(60), || {
             super::http_get(s.port, "/readyz").filter(|r| r.starts_with("HTTP/1.1 200"))
         });

@@ -17,6 +17,25 @@ use crate::operator::crd::JobStatus;
 use crate::operator::decide::TableClaim;
 use crate::reason::Failure;
 
+/// The three accessors every kind writes alike: its status in `.status`, the acting node in
+/// `.spec.<field>` (`node_name` for jobs, `source_node` for a stream).
+#[macro_export]
+macro_rules! kind_status_and_node {
+    ($node:ident) => {
+        fn status(&self) -> Option<&$crate::operator::crd::JobStatus> {
+            self.status.as_ref()
+        }
+
+        fn set_status(&mut self, status: Option<$crate::operator::crd::JobStatus>) {
+            self.status = status;
+        }
+
+        fn acting_node(&self) -> &str {
+            &self.spec.$node
+        }
+    };
+}
+
 pub trait Kind:
     Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
     + Clone
