@@ -973,7 +973,6 @@ fn regrid_chunks(
         runs,
         out_path,
         regrid::Tuning::for_chunk_length(ci.chunk_length as u64),
-        &|| extra_chunk(out_path, ci),
         emit,
     )
 }

@@ -228,7 +228,7 @@ impl Drop for AbortOnPanic<'_> {
 /// The chunks of a compressed regrid child, in order: `emit` stores a batch (payloads with
 /// CRC trailers, `lens` their stored lengths) and returns the child offset where it starts.
 /// Returns each chunk's offset, the extra chunk included (when the length is a multiple of
-/// the chunk length; `extra` encodes it).
+/// the chunk length).
 pub(super) fn chunks(
     reader: &DataReader,
     parent_path: &Path,
@@ -236,7 +236,6 @@ pub(super) fn chunks(
     runs: &[(u64, u64)],
     out_path: &Path,
     tuning: Tuning,
-    extra: &dyn Fn() -> Result<Vec<u8>>,
     emit: &mut dyn FnMut(&[u8], &[u32]) -> Result<u64>,
 ) -> Result<Vec<u64>> {
     let runs = Runs::new(runs);
@@ -275,7 +274,7 @@ pub(super) fn chunks(
         parallel(&job, reader, threads, &mut |b| record(b, &mut offsets))?;
     }
     if job.runs.total.is_multiple_of(l) {
-        let p = extra()?;
+        let p = super::data::extra_chunk(out_path, ci)?;
         let mut batch = Batch::default();
         batch.bytes.extend_from_slice(&p);
         batch
@@ -525,7 +524,6 @@ mod tests {
         tuning: Tuning,
     ) -> Result<(Vec<u8>, Vec<u64>)> {
         let mut file = Vec::new();
-        let extra = || super::super::data::extra_chunk(Path::new("c"), ci);
         let offsets = chunks(
             reader,
             Path::new("Data.db"),
@@ -533,7 +531,6 @@ mod tests {
             runs,
             Path::new("c"),
             tuning,
-            &extra,
             &mut |bytes, _| {
                 let at = file.len() as u64;
                 file.extend_from_slice(bytes);
