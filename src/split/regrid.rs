@@ -346,39 +346,48 @@ fn parallel(
             });
         }
         drop(tx);
-        let result = (|| {
-            let mut pending: BTreeMap<usize, Result<Batch>> = BTreeMap::new();
-            let mut next = 0;
-            while next < n {
-                let Ok((b, r)) = rx.recv() else {
-                    // Every worker ended before the last batch: only after a panic, which
-                    // the scope re-raises.
-                    return Err(FormatError::io(
-                        job.out_path,
-                        std::io::Error::other("regrid workers ended before the last chunk"),
-                    ));
-                };
-                pending.insert(b, r);
-                while let Some(r) = pending.remove(&next) {
-                    let mut batch = r?;
-                    write(&batch)?;
-                    batch.bytes.clear();
-                    batch.lens.clear();
-                    next += 1;
-                    let mut g = shared.lock();
-                    g.done = next;
-                    g.free.push(batch);
-                    drop(g);
-                    shared.moved.notify_all();
-                }
-            }
-            Ok(())
-        })();
+        let result = write_in_order(job, n, &rx, &shared, write);
         if result.is_err() {
             shared.abort();
         }
         result.map(|()| shared.lock().peak)
     })
+}
+
+/// The writer's side of `parallel`: batches as they come, written strictly in order.
+fn write_in_order(
+    job: &Job,
+    n: usize,
+    rx: &mpsc::Receiver<(usize, Result<Batch>)>,
+    shared: &Shared,
+    write: &mut dyn FnMut(&Batch) -> Result<()>,
+) -> Result<()> {
+    let mut pending: BTreeMap<usize, Result<Batch>> = BTreeMap::new();
+    let mut next = 0;
+    while next < n {
+        let Ok((b, r)) = rx.recv() else {
+            // Every worker ended before the last batch: only after a panic, which the
+            // scope re-raises.
+            return Err(FormatError::io(
+                job.out_path,
+                std::io::Error::other("regrid workers ended before the last chunk"),
+            ));
+        };
+        pending.insert(b, r);
+        while let Some(r) = pending.remove(&next) {
+            let mut batch = r?;
+            write(&batch)?;
+            batch.bytes.clear();
+            batch.lens.clear();
+            next += 1;
+            let mut g = shared.lock();
+            g.done = next;
+            g.free.push(batch);
+            drop(g);
+            shared.moved.notify_all();
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
