@@ -6,7 +6,7 @@
 //! checker (`sstcheck.py`: chunk CRCs, keys against Data.db, first partition at 0) and hold
 //! exactly the parent's keys. The parallel bytes are also compared with the pre-parallel
 //! single-threaded code in `split::regrid`'s unit tests; a corrupt parent chunk fails with
-//! `CorruptSSTable` (naming the parent) and leaves nothing in `--out`.
+//! `CorruptSSTable` (naming the parent and the chunk) and leaves nothing in `--out`.
 
 mod common;
 
@@ -167,11 +167,20 @@ fn a_corrupt_parent_chunk_fails_typed_and_leaves_nothing() {
         let err = String::from_utf8_lossy(&r.stderr);
         assert_eq!(r.status.code(), Some(1), "{threads} threads: {err}");
         assert!(!err.contains("panicked"), "{err}");
-        assert!(
-            err.contains("error[CorruptSSTable]"),
-            "{threads} threads: {err}"
+        // `--json`: the error is the report on stdout, with its reason and the parent.
+        let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+        assert_eq!(
+            v["error"]["reason"], "CorruptSSTable",
+            "{threads} threads: {v}"
         );
-        assert!(err.contains(&*parent.to_string_lossy()), "{err}");
+        assert_eq!(v["error"]["path"], parent.to_string_lossy().as_ref(), "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("checksum mismatch in chunk"),
+            "{v}"
+        );
         assert_eq!(
             std::fs::read_dir(&out).unwrap().count(),
             0,
