@@ -138,7 +138,10 @@ fn regrid_on_four_threads_writes_the_single_threaded_bytes() {
         format!("{s:016x}"),
         parent_check["keys_sum"].as_str().unwrap()
     );
-    assert_eq!(key_fingerprint(&b), key_fingerprint(&[parent.clone()]));
+    assert_eq!(
+        key_fingerprint(&b),
+        key_fingerprint(std::slice::from_ref(&parent))
+    );
 }
 
 #[test]

@@ -964,7 +964,7 @@ fn regrid_chunks(
     ci: &CompressionInfo,
     runs: &[(u64, u64)],
     out_path: &Path,
-    emit: &mut dyn FnMut(&[u8], &[u32]) -> Result<u64>,
+    emit: &mut regrid::Emit<'_>,
 ) -> Result<Vec<u64>> {
     regrid::chunks(
         &parent.reader,

@@ -225,6 +225,10 @@ impl Drop for AbortOnPanic<'_> {
     }
 }
 
+/// Stores a batch of encoded chunks (payloads with CRCs, and their stored lengths) and
+/// returns the child offset where it starts.
+pub type Emit<'a> = dyn FnMut(&[u8], &[u32]) -> Result<u64> + 'a;
+
 /// The chunks of a compressed regrid child, in order: `emit` stores a batch (payloads with
 /// CRC trailers, `lens` their stored lengths) and returns the child offset where it starts.
 /// Returns each chunk's offset, the extra chunk included (when the length is a multiple of
@@ -236,7 +240,7 @@ pub(super) fn chunks(
     runs: &[(u64, u64)],
     out_path: &Path,
     tuning: Tuning,
-    emit: &mut dyn FnMut(&[u8], &[u32]) -> Result<u64>,
+    emit: &mut Emit<'_>,
 ) -> Result<Vec<u64>> {
     let runs = Runs::new(runs);
     let l = ci.chunk_length as u64;
