@@ -18,13 +18,40 @@ use crate::sstable::{Component, Descriptor, FormatError, Result, SSTableId};
 
 pub const STAGING_PREFIX: &str = ".cleave-staging-";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
+/// Where the children go once checked (`--publish`, `spec.publish`): the CRD's PascalCase
+/// names; the CLI and the split report spell them in lowercase (`name`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 pub enum Publish {
     /// Leave the children in `--out` for `nodetool import`; the parent is untouched.
+    #[default]
     Stage,
     /// Children into the parent's table directory and the parent out, atomically.
     Replace,
+}
+
+impl Publish {
+    /// The CLI's word for it (`--publish stage`), also the split report's.
+    pub fn name(self) -> &'static str {
+        match self {
+            Publish::Stage => "stage",
+            Publish::Replace => "replace",
+        }
+    }
+
+    /// `serialize_with` for reports, which name the mode as the CLI does.
+    pub fn serialize_name<S: serde::Serializer>(p: &Publish, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(p.name())
+    }
 }
 
 fn io_err(p: &Path) -> impl Fn(std::io::Error) -> FormatError + '_ {
