@@ -29,17 +29,10 @@ use cleave::split::{run_path, DigestPolicy, Policy, SplitReport, Target};
 use cleave::sstable::cassandra::TargetCassandra;
 use cleave::sstable::filler::{key_shape, KeyShape, Part, Refusal};
 use cleave::sstable::{hex, SSTable};
+use common::index_keys as keys;
 use common::*;
 
 const KS: &str = "ks";
-
-fn cqlite_available() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import cqlite"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
 
 fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -76,41 +69,6 @@ fn write_table(dir: &Path, table: &str, schema: &str, partitions: u32) -> (PathB
         &dir.join(format!("{table}-parent")),
     );
     (data, schema_path)
-}
-
-/// cqlite's rows of `data` (one sstable at a time, concatenated in the given order).
-fn cqlite_rows(schema: &Path, table: &str, data: &[PathBuf]) -> Vec<serde_json::Value> {
-    let mut rows = Vec::new();
-    for d in data {
-        let out = python_json(&[
-            script("cqlite_dump.py").as_os_str(),
-            "--schema".as_ref(),
-            schema.as_os_str(),
-            "--keyspace".as_ref(),
-            KS.as_ref(),
-            "--table".as_ref(),
-            table.as_ref(),
-            d.as_os_str(),
-        ]);
-        assert!(
-            out.get("error").is_none(),
-            "cqlite on {}: {}",
-            d.display(),
-            out["error"]
-        );
-        rows.extend(out["rows"].as_array().unwrap().iter().cloned());
-    }
-    rows
-}
-
-fn keys(data: &Path) -> Vec<String> {
-    let t = SSTable::open(data).unwrap();
-    let mut r = t.index_reader().unwrap();
-    let mut v = Vec::new();
-    while let Some(e) = r.next_entry().unwrap() {
-        v.push(hex::encode(e.key));
-    }
-    v
 }
 
 fn key_type(data: &Path) -> String {
@@ -185,8 +143,8 @@ fn assert_children(
     );
     assert!(rep.check.ok);
     assert_eq!(
-        cqlite_rows(schema, table, &paths),
-        cqlite_rows(schema, table, &[parent.to_path_buf()]),
+        cqlite_dump_rows(schema, KS, table, &paths),
+        cqlite_dump_rows(schema, KS, table, &[parent]),
         "cqlite rows of the children"
     );
 }
@@ -209,37 +167,68 @@ fn cuts(parent: &Path) -> Vec<Cut> {
     vec![Cut::Parts(4), Cut::Tokens(at)]
 }
 
+/// A cqlite-written table on a loop XFS (reflink, so that a child's fallback is only ever
+/// the dead prefix's), or `None` (skipped, with the reason printed).
+struct Fixture {
+    shared: PathBuf,
+    table: &'static str,
+    parent: PathBuf,
+    schema: PathBuf,
+    key_type: String,
+    work: tempfile::TempDir,
+    _fs: cleave::io::loopfs::LoopMount,
+}
+
+fn fixture(table: &'static str, schema: &str) -> Option<Fixture> {
+    let shared = corpus_or_skip(table)?;
+    if !cqlite_available() {
+        eprintln!("SKIP {table}: python package cqlite-py is not installed");
+        return None;
+    }
+    let fs = xfs_or_skip(table, 320 << 20)?;
+    let work = tempfile::tempdir_in(&fs.mount_point).unwrap();
+    let (parent, schema) = write_table(work.path(), table, schema, 700);
+    let key_type = key_type(&parent);
+    Some(Fixture {
+        shared,
+        table,
+        parent,
+        schema,
+        key_type,
+        work,
+        _fs: fs,
+    })
+}
+
+impl Fixture {
+    /// Split by `cut` (the `i`th) for `target` into 4 children, checked by `assert_children`.
+    fn split(&self, i: usize, cut: &Cut, target: TargetCassandra) -> SplitReport {
+        let out = self.work.path().join(format!("{target}-{i}"));
+        let rep = split(&self.parent, cut, &out, target);
+        assert_eq!(rep.children.len(), 4, "{cut:?}");
+        assert_children(
+            &self.shared,
+            &self.parent,
+            &self.schema,
+            self.table,
+            &rep,
+            target,
+        );
+        rep
+    }
+}
+
 /// A composite key with a variable-length component: every child but the one at the
 /// parent's position 0 gets filler partitions (with that component free, the others
 /// valid fixed values), none is regrid.
-fn variable_component(table: &str, schema: &str, expect_shape: fn(&KeyShape) -> bool) {
-    let Some(shared) = corpus_or_skip(table) else {
+fn variable_component(table: &'static str, schema: &str, expect_shape: fn(&KeyShape) -> bool) {
+    let Some(fx) = fixture(table, schema) else {
         return;
     };
-    if !cqlite_available() {
-        eprintln!("SKIP {table}: python package cqlite-py is not installed");
-        return;
-    }
-    // On XFS (reflink), so that a child's fallback is only ever the dead prefix's.
-    let Some(fs) = xfs_or_skip(table, 320 << 20) else {
-        return;
-    };
-    let work = tempfile::tempdir_in(&fs.mount_point).unwrap();
-    let (parent, schema) = write_table(work.path(), table, schema, 700);
-    let kt = key_type(&parent);
-    assert!(expect_shape(&key_shape(&kt)), "{kt}: {:?}", key_shape(&kt));
-    for (i, cut) in cuts(&parent).iter().enumerate() {
-        let out = work.path().join(format!("unknown-{i}"));
-        let rep = split(&parent, cut, &out, TargetCassandra::Unknown);
-        assert_eq!(rep.children.len(), 4, "{cut:?}");
-        assert_children(
-            &shared,
-            &parent,
-            &schema,
-            table,
-            &rep,
-            TargetCassandra::Unknown,
-        );
+    let kt = &fx.key_type;
+    assert!(expect_shape(&key_shape(kt)), "{kt}: {:?}", key_shape(kt));
+    for (i, cut) in cuts(&fx.parent).iter().enumerate() {
+        let rep = fx.split(i, cut, TargetCassandra::Unknown);
         for (k, c) in rep.children.iter().enumerate() {
             assert_eq!(c.fallback, None, "{cut:?} child {k}");
             assert_ne!(c.layout, Layout::Regrid, "{cut:?} child {k}");
@@ -255,7 +244,7 @@ fn variable_component(table: &str, schema: &str, expect_shape: fn(&KeyShape) -> 
                 let mut r = t.index_reader().unwrap();
                 let first = r.next_entry().unwrap().unwrap();
                 assert_eq!(first.position, 0);
-                assert_composite(&first.key, &key_shape(&kt));
+                assert_composite(first.key, &key_shape(kt));
             } else {
                 assert_eq!(c.filler_partitions, 0, "the first child starts at 0");
             }
@@ -309,39 +298,16 @@ fn composite_blob_bigint_key_gets_fillers() {
 /// same children keep their dead prefix (zeros), zero-copy.
 #[test]
 fn composite_of_fixed_width_components_falls_back_to_regrid() {
-    let table = "cf";
-    let Some(shared) = corpus_or_skip(table) else {
-        return;
-    };
-    if !cqlite_available() {
-        eprintln!("SKIP {table}: python package cqlite-py is not installed");
-        return;
-    }
-    // On XFS (reflink), so that a child's fallback is only ever the dead prefix's.
-    let Some(fs) = xfs_or_skip(table, 320 << 20) else {
-        return;
-    };
-    let work = tempfile::tempdir_in(&fs.mount_point).unwrap();
-    let (parent, schema) = write_table(
-        work.path(),
-        table,
+    let Some(fx) = fixture(
+        "cf",
         "CREATE TABLE ks.cf (a int, n bigint, c int, v text, PRIMARY KEY ((a, n), c));\n",
-        700,
-    );
-    let kt = key_type(&parent);
-    assert!(matches!(key_shape(&kt), KeyShape::Fixed(_)), "{kt}");
-    for (i, cut) in cuts(&parent).iter().enumerate() {
-        let out = work.path().join(format!("unknown-{i}"));
-        let rep = split(&parent, cut, &out, TargetCassandra::Unknown);
-        assert_eq!(rep.children.len(), 4, "{cut:?}");
-        assert_children(
-            &shared,
-            &parent,
-            &schema,
-            table,
-            &rep,
-            TargetCassandra::Unknown,
-        );
+    ) else {
+        return;
+    };
+    let kt = &fx.key_type;
+    assert!(matches!(key_shape(kt), KeyShape::Fixed(_)), "{kt}");
+    for (i, cut) in cuts(&fx.parent).iter().enumerate() {
+        let rep = fx.split(i, cut, TargetCassandra::Unknown);
         for (k, c) in rep.children.iter().enumerate() {
             assert_eq!(c.filler_partitions, 0);
             if k == 0 {
@@ -354,7 +320,7 @@ fn composite_of_fixed_width_components_falls_back_to_regrid() {
                 Some(f @ Fallback::DeadPrefix { target, refusal }) => {
                     assert_eq!(*target, TargetCassandra::Unknown);
                     assert!(
-                        matches!(refusal, Refusal::FixedWidthKey(t) if *t == kt),
+                        matches!(refusal, Refusal::FixedWidthKey(t) if t == kt),
                         "{refusal:?}"
                     );
                     assert_eq!(f.reason(), "dead_prefix_fixed_width_key");
@@ -366,9 +332,7 @@ fn composite_of_fixed_width_components_falls_back_to_regrid() {
 
         // Cassandra 4.1 never reads the dead prefix: the same children stay zero-copy.
         let t41 = TargetCassandra::parse("4.1").unwrap();
-        let out = work.path().join(format!("4.1-{i}"));
-        let rep = split(&parent, cut, &out, t41);
-        assert_children(&shared, &parent, &schema, table, &rep, t41);
+        let rep = fx.split(i, cut, t41);
         for (k, c) in rep.children.iter().enumerate() {
             assert_eq!(c.fallback, None, "{cut:?} child {k}");
             assert_ne!(c.layout, Layout::Regrid);
