@@ -16,7 +16,8 @@ use cleave::split::publish::Publish;
 use cleave::split::spec::Cut;
 use cleave::split::{run_path, DigestPolicy, Policy, SplitReport, Target};
 use cleave::sstable::cassandra::TargetCassandra;
-use cleave::sstable::{hex, SSTable, Token};
+use cleave::sstable::{SSTable, Token};
+use common::index_keys as keys;
 use common::*;
 
 fn split(
@@ -38,17 +39,6 @@ fn split(
         dry_run: false,
     };
     run_path(parent, cut, &policy, &target, &mut |_| {})
-}
-
-/// Keys (hex) of an sstable in index order.
-fn keys(data: &Path) -> Vec<String> {
-    let t = SSTable::open(data).unwrap();
-    let mut r = t.index_reader().unwrap();
-    let mut v = Vec::new();
-    while let Some(e) = r.next_entry().unwrap() {
-        v.push(hex::encode(e.key));
-    }
-    v
 }
 
 fn tokens(data: &Path) -> Vec<Token> {
@@ -129,36 +119,7 @@ fn assert_children_valid(
 fn cqlite_rows(r: &ManifestRow, data: &[&Path]) -> Option<Vec<serde_json::Value>> {
     let schema = r.schema_file.as_ref()?;
     let (ks, table) = r.table.split_once('/')?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/cqlite_dump.py");
-    let mut rows = Vec::new();
-    for d in data {
-        let out = python_json(&[
-            script.as_os_str(),
-            "--schema".as_ref(),
-            schema.as_os_str(),
-            "--keyspace".as_ref(),
-            ks.as_ref(),
-            "--table".as_ref(),
-            table.as_ref(),
-            d.as_os_str(),
-        ]);
-        assert!(
-            out.get("error").is_none(),
-            "cqlite on {}: {}",
-            d.display(),
-            out["error"]
-        );
-        rows.extend(out["rows"].as_array().unwrap().iter().cloned());
-    }
-    Some(rows)
-}
-
-fn cqlite_available() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import cqlite"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+    Some(cqlite_dump_rows(schema, ks, table, data))
 }
 
 /// The cuts a test runs on every sstable, and the layouts for each.

@@ -214,8 +214,8 @@ pub struct SplitBenchArgs {
     /// digest-full, digest-combine, aligned, padded, cp, cp-reflink (default: all).
     #[arg(long, value_delimiter = ',')]
     pub configs: Option<Vec<String>>,
-    /// Another cleave binary (e.g. a build of main): every `aligned, no digest` run of a
-    /// compressible parent is repeated with it in the same run, for a before/after.
+    /// Another cleave binary (e.g. a build of main): every `aligned, no digest` and `regrid`
+    /// run of a compressible parent is repeated with it in the same run, for a before/after.
     #[arg(long)]
     pub baseline_exe: Option<PathBuf>,
     /// Skip the warm-cache digest runs at the largest size and the readahead-0 `combine`

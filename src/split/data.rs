@@ -16,10 +16,11 @@ use std::sync::Arc;
 use super::fallback::Fallback;
 use super::head::Head;
 use super::plan::{Geometry, Layout};
+use super::regrid;
 use crate::io::throttle::TokenBucket;
 use crate::io::{copy, reflink};
 use crate::sstable::checksum::ChunkChecksums;
-use crate::sstable::compression::{ChunkOffsets, Codec, CompressionInfo};
+use crate::sstable::compression::{ChunkOffsets, Codec, CodecState, CompressionInfo};
 use crate::sstable::data::DataReader;
 use crate::sstable::lz4::{self, LengthTarget};
 use crate::sstable::{FormatError, Result};
@@ -290,15 +291,6 @@ impl<'a> Out<'a> {
         Ok(())
     }
 
-    /// A chunk cleave encoded: payload then its big-endian CRC32.
-    fn chunk(&mut self, payload: &[u8]) -> Result<u64> {
-        let at = self.pos;
-        self.write(payload)?;
-        self.write(&crc32fast::hash(payload).to_be_bytes())?;
-        self.reencoded += payload.len() as u64 + 4;
-        Ok(at)
-    }
-
     /// Parent bytes `[src, src+len)` placed at the current position: whole blocks shared
     /// when `block > 0` and the offsets are congruent, partial blocks copied.
     fn parent_range(&mut self, parent: &File, src: u64, len: u64, block: u64) -> Result<()> {
@@ -373,7 +365,20 @@ struct Written {
 /// (`CompressedSequentialWriter`).
 pub fn encode_chunk(file: &Path, ci: &CompressionInfo, content: &[u8]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
-    ci.codec().compress(file, content, &mut out)?;
+    encode_chunk_into(file, ci, content, &mut CodecState::default(), &mut out)?;
+    Ok(out)
+}
+
+/// `encode_chunk` into `out` with a reused codec state: what a regrid thread calls chunk
+/// after chunk without allocating.
+pub fn encode_chunk_into(
+    file: &Path,
+    ci: &CompressionInfo,
+    content: &[u8],
+    state: &mut CodecState,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    ci.codec().compress_with(file, content, state, out)?;
     if let Some(max) = ci.max_compressed_length {
         let max = max as usize;
         if out.len() >= max {
@@ -384,13 +389,13 @@ pub fn encode_chunk(file: &Path, ci: &CompressionInfo, content: &[u8]) -> Result
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The extra chunk after a child whose `dataLength` is a multiple of the chunk length:
 /// an empty chunk, except for Noop whose empty payload would trip `Chunk`'s `length > 0`
 /// assertion — a one-byte chunk past `dataLength` is never read.
-fn extra_chunk(file: &Path, ci: &CompressionInfo) -> Result<Vec<u8>> {
+pub(super) fn extra_chunk(file: &Path, ci: &CompressionInfo) -> Result<Vec<u8>> {
     if ci.codec() == Codec::Noop {
         return Ok(vec![0]);
     }
@@ -958,60 +963,26 @@ pub fn write_uncompressed(
     })
 }
 
-/// The chunks of a compressed `regrid` child, in order, each handed to `emit` (which stores
-/// it with its CRC and returns its offset): the partitions of `runs` back to back from
-/// position 0 on a fresh grid, then the extra chunk when the length is a multiple of it.
+/// The chunks of a compressed `regrid` child, in order, each batch handed to `emit` (which
+/// stores the payloads with their CRCs and returns where the batch starts): the partitions
+/// of `runs` back to back from position 0 on a fresh grid, then the extra chunk when the
+/// length is a multiple of it. Encoded on every core (`regrid`), written in order.
 fn regrid_chunks(
-    parent: &mut ParentData,
+    parent: &ParentData,
     ci: &CompressionInfo,
     runs: &[(u64, u64)],
     out_path: &Path,
-    emit: &mut dyn FnMut(&[u8]) -> Result<u64>,
+    emit: &mut regrid::Emit<'_>,
 ) -> Result<Vec<u64>> {
-    let l = ci.chunk_length as u64;
-    let total: u64 = runs.iter().map(|(a, b)| b - a).sum();
-    let mut buf: Vec<u8> = Vec::with_capacity(l as usize);
-    let mut offsets = Vec::new();
-    for &(first, end) in runs {
-        let mut pos = first;
-        while pos < end {
-            let c = pos / l;
-            let chunk = parent.reader.chunk(c as usize)?;
-            let from = (pos - c * l) as usize;
-            let to = ((end - c * l) as usize).min(chunk.len());
-            if to <= from {
-                return Err(FormatError::corrupt(
-                    &parent.path,
-                    Some(ci.offsets.at(c)?),
-                    format!(
-                        "chunk {c} decodes to {} bytes, position {pos} needs more",
-                        chunk.len()
-                    ),
-                ));
-            }
-            let mut piece = &chunk[from..to];
-            pos += piece.len() as u64;
-            while !piece.is_empty() {
-                let take = piece.len().min(l as usize - buf.len());
-                buf.extend_from_slice(&piece[..take]);
-                piece = &piece[take..];
-                if buf.len() == l as usize {
-                    let p = encode_chunk(out_path, ci, &buf)?;
-                    offsets.push(emit(&p)?);
-                    buf.clear();
-                }
-            }
-        }
-    }
-    if !buf.is_empty() {
-        let p = encode_chunk(out_path, ci, &buf)?;
-        offsets.push(emit(&p)?);
-    }
-    if total.is_multiple_of(l) {
-        let p = extra_chunk(out_path, ci)?;
-        offsets.push(emit(&p)?);
-    }
-    Ok(offsets)
+    regrid::chunks(
+        &parent.reader,
+        &parent.path,
+        ci,
+        runs,
+        out_path,
+        regrid::Tuning::for_chunk_length(ci.chunk_length as u64),
+        emit,
+    )
 }
 
 /// The largest `regrid` child a stream sender encodes in memory (`regrid_layout`).
@@ -1030,8 +1001,16 @@ pub fn regrid_layout(
     let total: u64 = runs.iter().map(|(a, b)| b - a).sum();
     let mut segments = Vec::new();
     let mut pos = 0u64;
-    let head = regrid_chunks(parent, ci, runs, out_path, &mut |p| {
-        Ok(push_bytes(&mut segments, &mut pos, with_crc(p.to_vec())))
+    let head = regrid_chunks(parent, ci, runs, out_path, &mut |bytes, lens| {
+        // One segment a chunk, as the stream's layout carries them.
+        let at = pos;
+        let mut o = 0usize;
+        for &n in lens {
+            let n = n as usize;
+            push_bytes(&mut segments, &mut pos, bytes[o..o + n].to_vec());
+            o += n;
+        }
+        Ok(at)
     })?;
     Ok(DataLayout {
         segments,
@@ -1062,7 +1041,12 @@ pub fn write_regrid(
     let total: u64 = runs.iter().map(|(a, b)| b - a).sum();
     match parent.compression {
         Some(ci) => {
-            let offsets = regrid_chunks(parent, ci, runs, out_path, &mut |p| out.chunk(p))?;
+            let offsets = regrid_chunks(parent, ci, runs, out_path, &mut |bytes, _| {
+                let at = out.pos;
+                out.write(bytes)?;
+                out.reencoded += bytes.len() as u64;
+                Ok(at)
+            })?;
             let Written {
                 file,
                 file_size,

@@ -20,6 +20,7 @@ pub mod plan;
 pub mod probe;
 pub mod publish;
 pub mod ranges;
+pub mod regrid;
 pub mod report;
 pub mod sampled;
 pub mod spec;

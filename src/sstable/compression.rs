@@ -617,25 +617,71 @@ impl Codec {
     /// Compresses one chunk the way the Cassandra compressor would frame it. Only LZ4 and
     /// Noop are written by cleave (a child's re-encoded chunks keep the parent's codec).
     pub fn compress(self, file: &Path, data: &[u8], out: &mut Vec<u8>) -> Result<()> {
+        self.compress_with(file, data, &mut CodecState::default(), out)
+    }
+
+    /// `compress` with the codec's state and the output buffer kept by the caller, chunk
+    /// after chunk (one `CodecState` per thread of a re-encode): once `out` has grown to
+    /// the largest chunk, LZ4 and Snappy allocate nothing of ours per chunk and Deflate
+    /// reuses its compressor. The bytes are the same as a fresh state's
+    /// (`tests::reused_state_encodes_the_same_bytes`).
+    pub fn compress_with(
+        self,
+        file: &Path,
+        data: &[u8],
+        state: &mut CodecState,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
         out.clear();
         match self {
             Codec::Lz4 => {
+                // LZ4Compressor's frame: 4-byte little-endian length, then the raw block.
+                // `compress_into` picks the same hash table as `compress` (by input length)
+                // but writes into our buffer; the table itself is lz4_flex's own (8 KiB
+                // for a chunk under 64 KiB), allocated per call: 0.11 has no API to pass
+                // one in.
                 out.extend_from_slice(&(data.len() as i32).to_le_bytes());
-                out.extend_from_slice(&lz4_flex::block::compress(data));
+                out.resize(4 + lz4_flex::block::get_maximum_output_size(data.len()), 0);
+                let n = lz4_flex::block::compress_into(data, &mut out[4..]).map_err(|e| {
+                    FormatError::corrupt(file, None, format!("LZ4 compression failed: {e}"))
+                })?;
+                out.truncate(4 + n);
             }
             Codec::Noop => out.extend_from_slice(data),
             Codec::Snappy => {
-                let v = snap::raw::Encoder::new().compress_vec(data).map_err(|e| {
-                    FormatError::corrupt(file, None, format!("Snappy compression failed: {e}"))
-                })?;
-                out.extend_from_slice(&v);
+                out.resize(snap::raw::max_compress_len(data.len()), 0);
+                let n = state
+                    .snappy
+                    .get_or_insert_with(snap::raw::Encoder::new)
+                    .compress(data, out)
+                    .map_err(|e| {
+                        FormatError::corrupt(file, None, format!("Snappy compression failed: {e}"))
+                    })?;
+                out.truncate(n);
             }
             Codec::Deflate => {
-                use std::io::Write;
-                let mut e =
-                    flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-                e.write_all(data).map_err(|e| FormatError::io(file, e))?;
-                out.extend_from_slice(&e.finish().map_err(|e| FormatError::io(file, e))?);
+                // DeflateCompressor: java.util.zip.Deflater, zlib wrapper, default level.
+                let c = state.deflate.get_or_insert_with(|| {
+                    flate2::Compress::new(flate2::Compression::default(), true)
+                });
+                c.reset();
+                out.reserve(data.len() + data.len() / 8 + 64);
+                loop {
+                    let consumed = c.total_in() as usize;
+                    let status = c
+                        .compress_vec(&data[consumed..], out, flate2::FlushCompress::Finish)
+                        .map_err(|e| {
+                            FormatError::corrupt(
+                                file,
+                                None,
+                                format!("Deflate compression failed: {e}"),
+                            )
+                        })?;
+                    if status == flate2::Status::StreamEnd {
+                        break;
+                    }
+                    out.reserve(out.capacity().max(64));
+                }
             }
             Codec::Zstd | Codec::Unknown => {
                 return Err(FormatError::unsupported(
@@ -647,6 +693,14 @@ impl Codec {
         }
         Ok(())
     }
+}
+
+/// What a codec keeps between chunks (`Codec::compress_with`): Snappy's hash tables and
+/// Deflate's compressor, made on first use. LZ4 needs none of ours.
+#[derive(Default)]
+pub struct CodecState {
+    snappy: Option<snap::raw::Encoder>,
+    deflate: Option<flate2::Compress>,
 }
 
 #[cfg(test)]
@@ -663,6 +717,70 @@ mod tests {
                 .map(|_| i32::MAX as u32),
             data_length: 40000,
             offsets: vec![0, 100, 250].into(),
+        }
+    }
+
+    /// What `compress` did before the state was reused (issue 16): the reference the
+    /// reused-state bytes must equal.
+    fn compress_fresh(codec: Codec, data: &[u8]) -> Vec<u8> {
+        match codec {
+            Codec::Lz4 => {
+                let mut out = (data.len() as i32).to_le_bytes().to_vec();
+                out.extend_from_slice(&lz4_flex::block::compress(data));
+                out
+            }
+            Codec::Snappy => snap::raw::Encoder::new().compress_vec(data).unwrap(),
+            Codec::Deflate => {
+                use std::io::Write;
+                let mut e =
+                    flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            }
+            _ => data.to_vec(),
+        }
+    }
+
+    #[test]
+    fn reused_state_encodes_the_same_bytes() {
+        // Chunks of every size a table uses (4 KiB .. 64 KiB, and the u16 table boundary),
+        // compressible, incompressible and empty, through one state and one buffer.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut inputs: Vec<Vec<u8>> = vec![Vec::new(), vec![7]];
+        for len in [4096usize, 16384, 65534, 65535, 65536, 131072] {
+            inputs.push((0..len).map(|_| rnd() as u8).collect());
+            inputs.push(
+                (0..len)
+                    .map(|i| (i / 97) as u8 ^ (rnd() % 3) as u8)
+                    .collect(),
+            );
+        }
+        for codec in [Codec::Lz4, Codec::Snappy, Codec::Deflate, Codec::Noop] {
+            let mut state = CodecState::default();
+            let mut out = Vec::new();
+            for round in 0..2 {
+                for (i, d) in inputs.iter().enumerate() {
+                    codec
+                        .compress_with(Path::new("x"), d, &mut state, &mut out)
+                        .unwrap();
+                    assert_eq!(
+                        out,
+                        compress_fresh(codec, d),
+                        "{codec:?} input {i} round {round}"
+                    );
+                    let mut back = Vec::new();
+                    codec
+                        .decompress(Path::new("x"), 0, &out, d.len(), &mut back)
+                        .unwrap();
+                    assert_eq!(&back, d, "{codec:?} input {i}");
+                }
+            }
         }
     }
 

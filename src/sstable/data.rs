@@ -40,6 +40,24 @@ impl DataReader {
         })
     }
 
+    /// A second reader of the same open file (a `dup` of its descriptor, so the same inode
+    /// even if the path was replaced) with its own buffers: one per thread of a parallel
+    /// re-encode (`split::regrid`).
+    pub fn try_clone(&self) -> Result<DataReader> {
+        Ok(DataReader {
+            path: self.path.clone(),
+            file: self
+                .file
+                .try_clone()
+                .map_err(|e| FormatError::io(&self.path, e))?,
+            file_size: self.file_size,
+            compression: self.compression.clone(),
+            codec: self.codec,
+            cached: None,
+            stored: Vec::new(),
+        })
+    }
+
     pub fn file_size(&self) -> u64 {
         self.file_size
     }

@@ -391,3 +391,56 @@ pub fn copy_sstable(data_db: &Path, dir: &Path) -> PathBuf {
     }
     dir.join(name)
 }
+
+/// Whether the independent reader cqlite (PyPI `cqlite-py`) can be imported.
+pub fn cqlite_available() -> bool {
+    Command::new("python3")
+        .args(["-c", "import cqlite"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// The rows cqlite reads (`tests/py/cqlite_dump.py`) from each of `data` in turn (one
+/// sstable at a time), concatenated; fails the test on cqlite's error.
+pub fn cqlite_dump_rows<P: AsRef<Path>>(
+    schema: &Path,
+    keyspace: &str,
+    table: &str,
+    data: &[P],
+) -> Vec<serde_json::Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/cqlite_dump.py");
+    let mut rows = Vec::new();
+    for d in data {
+        let d = d.as_ref();
+        let out = python_json(&[
+            script.as_os_str(),
+            "--schema".as_ref(),
+            schema.as_os_str(),
+            "--keyspace".as_ref(),
+            keyspace.as_ref(),
+            "--table".as_ref(),
+            table.as_ref(),
+            d.as_os_str(),
+        ]);
+        assert!(
+            out.get("error").is_none(),
+            "cqlite on {}: {}",
+            d.display(),
+            out["error"]
+        );
+        rows.extend(out["rows"].as_array().unwrap().iter().cloned());
+    }
+    rows
+}
+
+/// The partition keys (hex) of an sstable, in index order.
+pub fn index_keys(data: &Path) -> Vec<String> {
+    let t = cleave::sstable::SSTable::open(data).unwrap();
+    let mut r = t.index_reader().unwrap();
+    let mut v = Vec::new();
+    while let Some(e) = r.next_entry().unwrap() {
+        v.push(cleave::sstable::hex::encode(e.key));
+    }
+    v
+}

@@ -187,6 +187,20 @@ pub const ALIGNED_BASELINE: Config = Config {
     fs: Fs::Xfs,
 };
 
+/// `regrid` by another build of cleave (`--baseline-exe`): issue 16's before/after of the
+/// re-encode (main's single-threaded one against this binary's), same parents, same run.
+pub const REGRID_BASELINE: Config = Config {
+    key: "regrid",
+    name: "regrid (baseline binary)",
+    tool: Tool::Split {
+        layout: "regrid",
+        digest: "off",
+        random_cuts: false,
+        baseline: true,
+    },
+    fs: Fs::Xfs,
+};
+
 /// The table's rows, in the reference's order (slowest first).
 pub const MAIN: [Config; 9] = [
     REGRID,
@@ -288,6 +302,9 @@ fn fixtures(a: &SplitBenchOptions, sizes: &[u64]) -> Result<Vec<Fixture>> {
         if a.baseline_exe.is_some() {
             if let Some(i) = v.iter().position(|c| c.name == ALIGNED.name) {
                 v.insert(i + 1, ALIGNED_BASELINE);
+            }
+            if let Some(i) = v.iter().position(|c| c.name == REGRID.name) {
+                v.insert(i + 1, REGRID_BASELINE);
             }
         }
         v
