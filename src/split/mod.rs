@@ -18,6 +18,8 @@ pub mod head;
 pub mod parent;
 pub mod plan;
 pub mod probe;
+pub mod guard;
+pub mod intent;
 pub mod publish;
 pub mod ranges;
 pub mod report;

@@ -25,6 +25,10 @@ pub enum Publish {
     Stage,
     /// Children into the parent's table directory and the parent out, atomically.
     Replace,
+    /// Children staged in the table's pending directory with an intent; `cleave
+    /// apply-pending` publishes them before Cassandra's next start (`split::intent`).
+    #[serde(rename = "on-restart")]
+    OnRestart,
 }
 
 fn io_err(p: &Path) -> impl Fn(std::io::Error) -> FormatError + '_ {
