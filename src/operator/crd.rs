@@ -48,7 +48,7 @@ pub enum Digest {
 /// Where the children go once checked.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum Publish {
-    /// Children next to the parent in a staging area for `nodetool import`; parent kept.
+    /// Children next to the parent in a staging area for `nodetool import --keep-repaired`; parent kept.
     #[default]
     Stage,
     /// Children replace the parent atomically (the node's Cassandra must be stopped).
@@ -130,7 +130,7 @@ pub struct AnticompactionJobSpec {
     #[serde(default)]
     pub digest: Digest,
     /// `Stage` (default): children in `<table>/cleave-staged/<job>/`, parents kept, for
-    /// `nodetool import`. `Replace`: children replace their parents atomically (Cassandra
+    /// `nodetool import --keep-repaired`. `Replace`: children replace their parents atomically (Cassandra
     /// stopped).
     #[serde(default)]
     pub publish: Publish,
@@ -195,7 +195,7 @@ pub enum Import {
     /// Leave received sstables in the receiver's staging directory.
     #[default]
     None,
-    /// Place them in the table's staging directory for an operator's `nodetool import`.
+    /// Place them in the table's staging directory for an operator's `nodetool import --keep-repaired`.
     Staging,
     /// Import them into the live table.
     Import,

@@ -186,7 +186,7 @@ impl CheckError {
 pub enum PublishError {
     #[error("--publish replace needs --out to be the parent's table directory {table_dir} (got {out})", table_dir = .table_dir.display(), out = .out.display())]
     NotTableDir { table_dir: PathBuf, out: PathBuf },
-    #[error("process {pid} ({cmd}) has files under {dir} open or mapped: replace needs the node's Cassandra stopped (it would not see the children and could reuse their generation ids); use --publish stage and nodetool import instead", dir = .dir.display())]
+    #[error("process {pid} ({cmd}) has files under {dir} open or mapped: replace needs the node's Cassandra stopped (it would not see the children and could reuse their generation ids); use --publish stage and nodetool import --keep-repaired instead", dir = .dir.display())]
     CassandraRunning { dir: PathBuf, pid: u32, cmd: String },
     /// `split::guard`: cleave cannot see every process that could hold files under `dir`.
     #[error("{dir}: cannot rule out a running Cassandra: {why}", dir = .dir.display())]

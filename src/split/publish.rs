@@ -21,7 +21,7 @@ pub const STAGING_PREFIX: &str = ".cleave-staging-";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Publish {
-    /// Leave the children in `--out` for `nodetool import`; the parent is untouched.
+    /// Leave the children in `--out` for `nodetool import --keep-repaired`; the parent is untouched.
     Stage,
     /// Children into the parent's table directory and the parent out, atomically.
     Replace,
