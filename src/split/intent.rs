@@ -604,12 +604,14 @@ fn remove_if_exists(p: &Path) -> Result<(), PublishError> {
     }
 }
 
-/// Removes a job's children (every `children-*` directory), apply directory and applying
-/// record, and — last, and only once its outcome is durable — its intent.
+/// Removes a job's children (every `children-*` directory), apply directory, applying
+/// record and torn temporary files, and — last, and only once its outcome is durable — its intent.
 fn clean_job(job: &Path) -> Result<(), PublishError> {
     for e in fs::read_dir(job).map_err(io(job))? {
         let e = e.map_err(io(job))?;
-        if file_name(&e.path()).starts_with("children-") {
+        let n = file_name(&e.path());
+        // A temporary JSON file of a write killed before its rename is garbage too.
+        if n.starts_with("children-") || (n.starts_with('.') && n.ends_with(".tmp")) {
             remove_if_exists(&e.path())?;
         }
     }
