@@ -256,7 +256,7 @@ fn check_trial(what: &str, table: &Path, fp0: (u64, u64, u64), uid: &str) -> boo
     let l = live(table);
     let parent_live = table.join("nb-1-big-Data.db").exists();
     assert!(
-        parent_live && l.len() == 1 || !parent_live && l.len() == 3,
+        (parent_live && l.len() == 1) || (!parent_live && l.len() == 3),
         "{what}: both or neither: {:?}",
         names(table)
     );

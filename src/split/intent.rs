@@ -760,40 +760,39 @@ fn apply_job(table: &Path, job: &Path, opts: &ApplyOptions) -> Result<JobAction,
     let apply = job.join(APPLY_DIR);
     remove_if_exists(&apply)?;
     fs::create_dir(&apply).map_err(io(&apply))?;
-    let gens = publish::next_generations(&[table], n)
+    let mut gens = publish::next_generations(&[table], n)
         .map_err(PublishError::Format)?
         .into_iter();
     let mut children = Vec::with_capacity(n);
     let mut finals = Vec::with_capacity(n);
-    for (c, (p, gen)) in intent
-        .parents
-        .iter()
-        .flat_map(|p| p.children.iter().map(move |c| (c, p)))
-        .zip(gens)
-        .map(|((c, p), g)| (c, (p, g)))
-    {
+    for p in &intent.parents {
         let from_dir = job.join(&p.children_dir);
-        let (old, _) = Descriptor::from_path(&from_dir.join(&c.data_file))?;
-        let new = Descriptor {
-            dir: apply.clone(),
-            id: SSTableId::Sequence(gen),
-            ..old.clone()
-        };
-        let old_prefix = old.file_name(&Component::Other(String::new()));
-        let new_prefix = new.file_name(&Component::Other(String::new()));
-        for f in &c.files {
-            let suffix = f.name.strip_prefix(&old_prefix).ok_or_else(|| {
-                pending(
-                    &from_dir.join(&f.name),
-                    format!("is not a file of {old_prefix}*"),
-                )
-            })?;
-            let to = apply.join(format!("{new_prefix}{suffix}"));
-            fs::hard_link(from_dir.join(&f.name), &to).map_err(io(&to))?;
-            point("apply:linked-file");
+        for c in &p.children {
+            let gen = gens
+                .next()
+                .ok_or_else(|| pending(table, "fewer generation ids than children"))?;
+            let (old, _) = Descriptor::from_path(&from_dir.join(&c.data_file))?;
+            let new = Descriptor {
+                dir: apply.clone(),
+                id: SSTableId::Sequence(gen),
+                ..old.clone()
+            };
+            let old_prefix = old.file_name(&Component::Other(String::new()));
+            let new_prefix = new.file_name(&Component::Other(String::new()));
+            for f in &c.files {
+                let suffix = f.name.strip_prefix(&old_prefix).ok_or_else(|| {
+                    pending(
+                        &from_dir.join(&f.name),
+                        format!("is not a file of {old_prefix}*"),
+                    )
+                })?;
+                let to = apply.join(format!("{new_prefix}{suffix}"));
+                fs::hard_link(from_dir.join(&f.name), &to).map_err(io(&to))?;
+                point("apply:linked-file");
+            }
+            finals.push(new.file_name(&Component::Data));
+            children.push((apply.clone(), new));
         }
-        finals.push(new.file_name(&Component::Data));
-        children.push((apply.clone(), new));
     }
     sync_dir(&apply).map_err(io(&apply))?;
     sync_dir(job).map_err(io(job))?;
