@@ -75,7 +75,15 @@ fn apply_ok(data: &Path) -> serde_json::Value {
 fn holder(file: &Path) -> KillOnDrop {
     let f = std::fs::File::open(file).unwrap();
     let c = Command::new("setpriv")
-        .args(["--reuid", "999", "--regid", "999", "--clear-groups", "sleep", "600"])
+        .args([
+            "--reuid",
+            "999",
+            "--regid",
+            "999",
+            "--clear-groups",
+            "sleep",
+            "600",
+        ])
         .stdin(f)
         .spawn()
         .unwrap();
@@ -91,7 +99,10 @@ fn outcome(table: &Path, uid: &str) -> serde_json::Value {
 /// Live Data.db files of the table, and that none is incomplete and no log is left.
 fn live(table: &Path) -> Vec<PathBuf> {
     let n = names(table);
-    assert!(!n.iter().any(|x| x.contains("_txn_")), "a log is left: {n:?}");
+    assert!(
+        !n.iter().any(|x| x.contains("_txn_")),
+        "a log is left: {n:?}"
+    );
     data_files(table)
 }
 
@@ -123,7 +134,10 @@ fn on_restart_stages_apply_pending_waits_for_cassandra_then_publishes() {
     assert_eq!(after, before);
     let intent: serde_json::Value =
         serde_json::from_slice(&std::fs::read(p["intent"].as_str().unwrap()).unwrap()).unwrap();
-    assert_eq!(intent["parents"][0]["parent"]["data_file"], "nb-1-big-Data.db");
+    assert_eq!(
+        intent["parents"][0]["parent"]["data_file"],
+        "nb-1-big-Data.db"
+    );
     assert_eq!(intent["keep_repaired"], true);
     let children: Vec<PathBuf> = p["split"]["children"]
         .as_array()
@@ -132,7 +146,11 @@ fn on_restart_stages_apply_pending_waits_for_cassandra_then_publishes() {
         .map(|c| PathBuf::from(c["path"].as_str().unwrap()))
         .collect();
     assert_eq!(children.len(), 3);
-    assert_eq!(sstcheck_fp(&children), fp0, "the staged children hold the parent's keys");
+    assert_eq!(
+        sstcheck_fp(&children),
+        fp0,
+        "the staged children hold the parent's keys"
+    );
 
     // A Cassandra stand-in under UID 999 holds the parent: refused, nothing changed.
     let snap = snapshot(&data);
@@ -143,7 +161,11 @@ fn on_restart_stages_apply_pending_waits_for_cassandra_then_publishes() {
         assert_eq!(out.status.code(), Some(1));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["error"]["reason"], "CassandraRunning", "{v}");
-        assert_eq!(snapshot(&data), snap, "a refused apply-pending changed files");
+        assert_eq!(
+            snapshot(&data),
+            snap,
+            "a refused apply-pending changed files"
+        );
     }
 
     // Cassandra stopped: published, the live sstables hold exactly the parent's keys.
@@ -226,7 +248,11 @@ fn a_parent_compacted_away_drops_the_intent_with_parent_changed() {
 fn points_of(mut cmd: Command, list: &Path) -> Vec<(String, usize)> {
     let _ = std::fs::remove_file(list);
     let out = cmd.env("CLEAVE_CRASH_LIST", list).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut v: Vec<(String, usize)> = Vec::new();
     for l in std::fs::read_to_string(list).unwrap_or_default().lines() {
         match v.iter_mut().find(|(p, _)| p == l) {
@@ -339,7 +365,10 @@ fn sigkill_pend_or_apply_at_every_fault_point_ends_in_parent_or_children() {
         apply_points.len(),
         trials - children
     );
-    assert!(trials >= 15, "too few fault points: {pend_points:?} {apply_points:?}");
+    assert!(
+        trials >= 15,
+        "too few fault points: {pend_points:?} {apply_points:?}"
+    );
     // Every kill of apply-pending ends in the children (the parent never changed).
     assert!(children >= apply_points.len());
 }
@@ -380,8 +409,8 @@ struct KillTree(std::process::Child);
 impl Drop for KillTree {
     fn drop(&mut self) {
         let pid = self.0.id();
-        let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .unwrap_or_default();
+        let kids =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
         for k in kids.split_whitespace() {
             if let Ok(k) = k.parse::<i32>() {
                 // SAFETY: kill(2) of a pid this test started.
@@ -427,11 +456,8 @@ fn sidecar_shape_guard_sees_cassandra_and_ignores_pause() {
     let mut pid1 = None;
     for _ in 0..50 {
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let kids = std::fs::read_to_string(format!(
-            "/proc/{0}/task/{0}/children",
-            pause.0.id()
-        ))
-        .unwrap_or_default();
+        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", pause.0.id()))
+            .unwrap_or_default();
         if let Some(k) = kids.split_whitespace().next() {
             let cmd = std::fs::read_to_string(format!("/proc/{k}/cmdline")).unwrap_or_default();
             if cmd.starts_with("sleep") {

@@ -7,11 +7,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use cleave::reason::Reason;
 use cleave::split::plan::Layout;
 use cleave::split::publish::{self, Publish};
-use cleave::split::{intent, ranges};
 use cleave::split::spec::{Cut, RepairSession, RepairedRanges};
 use cleave::split::{
     self as engine, DigestPolicy, Parent, Policy, RunProgress, SplitError, SplitReport, Target,
 };
+use cleave::split::{intent, ranges};
 use cleave::sstable::table::{CheckLevel, CheckProgress};
 use cleave::sstable::{Component, SSTable};
 
@@ -315,7 +315,13 @@ fn split_on_restart(a: &SplitArgs) -> Result<intent::PendReport, Failed> {
         })
         .into());
     }
-    Ok(intent::split_pending(&parent, &cut, &policy_of(a), &job_uid, &lock)?)
+    Ok(intent::split_pending(
+        &parent,
+        &cut,
+        &policy_of(a),
+        &job_uid,
+        &lock,
+    )?)
 }
 
 fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
@@ -627,7 +633,10 @@ pub fn apply_pending(a: ApplyPendingArgs) -> Result<ExitCode> {
                 println!("job {job_uid}: already applied (outcome recorded)")
             }
             intent::JobAction::RemovedIncomplete { dir } => {
-                println!("{}: incomplete staging without intent removed", dir.display())
+                println!(
+                    "{}: incomplete staging without intent removed",
+                    dir.display()
+                )
             }
         }
     }

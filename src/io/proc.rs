@@ -314,7 +314,8 @@ pub fn parse_creds(status: &str) -> Option<Creds> {
                 .map(str::trim)
         })
     };
-    let fs_id = |name: &str| -> Option<u32> { field(name)?.split_whitespace().nth(3)?.parse().ok() };
+    let fs_id =
+        |name: &str| -> Option<u32> { field(name)?.split_whitespace().nth(3)?.parse().ok() };
     Some(Creds {
         fsuid: fs_id("Uid")?,
         fsgid: fs_id("Gid")?,
@@ -561,22 +562,33 @@ mod visibility_tests {
 
     const STATUS_999: &str = "Name:\tjava\nUid:\t999\t999\t999\t999\nGid:\t999\t999\t999\t999\nGroups:\t999 \nCapEff:\t0000000000000000\n";
     const MOUNTINFO_VOLUME: &str = "22 1 0:21 / / rw - overlay overlay rw\n1200 22 259:3 /pvc-1 /var/lib/cassandra rw,relatime - xfs /dev/nvme1n1 rw\n";
-    const MOUNTINFO_PAUSE: &str = "22 1 0:21 / / rw - overlay overlay rw\n23 22 0:5 / /dev rw - tmpfs tmpfs rw\n";
+    const MOUNTINFO_PAUSE: &str =
+        "22 1 0:21 / / rw - overlay overlay rw\n23 22 0:5 / /dev rw - tmpfs tmpfs rw\n";
 
     fn volume() -> VolumeAccess {
         VolumeAccess {
             dir: "/var/lib/cassandra/data/ks/t".into(),
             dev: (259, 3),
             // mount point, data, ks, t: UID 999, 0750 below the mount point.
-            components: vec![(999, 999, 0o40755), (999, 999, 0o40750), (999, 999, 0o40750), (999, 999, 0o40750)],
+            components: vec![
+                (999, 999, 0o40755),
+                (999, 999, 0o40750),
+                (999, 999, 0o40750),
+                (999, 999, 0o40750),
+            ],
         }
     }
 
     #[test]
     fn parses_credentials() {
         let c = parse_creds(STATUS_999).unwrap();
-        assert_eq!((c.fsuid, c.fsgid, c.groups.clone(), c.cap_eff), (999, 999, vec![999], 0));
-        let root = parse_creds("Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\nCapEff:\t0000000000080004\n").unwrap();
+        assert_eq!(
+            (c.fsuid, c.fsgid, c.groups.clone(), c.cap_eff),
+            (999, 999, vec![999], 0)
+        );
+        let root =
+            parse_creds("Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\nCapEff:\t0000000000080004\n")
+                .unwrap();
         assert!(root.has_cap(CAP_SYS_PTRACE) && root.has_cap(CAP_DAC_READ_SEARCH));
         assert!(!root.has_cap(CAP_SYS_ADMIN));
         assert_eq!(parse_creds("Uid:\t1\n"), None);
@@ -585,16 +597,32 @@ mod visibility_tests {
     #[test]
     fn pause_and_tools_without_the_volume_cannot_hold_it() {
         let v = volume();
-        let pause = Creds { fsuid: 65535, fsgid: 65535, groups: vec![], cap_eff: 0 };
-        assert!(!could_hold(&pause, Some(MOUNTINFO_PAUSE), &v), "no mount of the volume");
+        let pause = Creds {
+            fsuid: 65535,
+            fsgid: 65535,
+            groups: vec![],
+            cap_eff: 0,
+        };
+        assert!(
+            !could_hold(&pause, Some(MOUNTINFO_PAUSE), &v),
+            "no mount of the volume"
+        );
         // Even with the volume mounted, it cannot enter 0750 directories of UID 999.
         assert!(!could_hold(&pause, Some(MOUNTINFO_VOLUME), &v));
         // Cassandra's UID with the volume mounted can.
         let cass = parse_creds(STATUS_999).unwrap();
         assert!(could_hold(&cass, Some(MOUNTINFO_VOLUME), &v));
-        assert!(!could_hold(&cass, Some(MOUNTINFO_PAUSE), &v), "its own mount namespace, no volume");
+        assert!(
+            !could_hold(&cass, Some(MOUNTINFO_PAUSE), &v),
+            "its own mount namespace, no volume"
+        );
         // Another UID in Cassandra's group: group bits.
-        let grp = Creds { fsuid: 1000, fsgid: 5, groups: vec![999], cap_eff: 0 };
+        let grp = Creds {
+            fsuid: 1000,
+            fsgid: 5,
+            groups: vec![999],
+            cap_eff: 0,
+        };
         assert!(could_hold(&grp, Some(MOUNTINFO_VOLUME), &v));
         // An unreadable mountinfo counts as having the volume.
         assert!(could_hold(&cass, None, &v));
@@ -610,17 +638,36 @@ mod visibility_tests {
             cap_eff: bits.iter().map(|b| 1u64 << b).sum(),
         };
         // CAP_SYS_ADMIN reaches any mount namespace, CAP_DAC_READ_SEARCH any directory.
-        assert!(could_hold(&cap(&[CAP_SYS_ADMIN, CAP_DAC_READ_SEARCH]), Some(MOUNTINFO_PAUSE), &v));
-        assert!(could_hold(&cap(&[CAP_SYS_PTRACE, CAP_DAC_OVERRIDE]), Some(MOUNTINFO_PAUSE), &v));
+        assert!(could_hold(
+            &cap(&[CAP_SYS_ADMIN, CAP_DAC_READ_SEARCH]),
+            Some(MOUNTINFO_PAUSE),
+            &v
+        ));
+        assert!(could_hold(
+            &cap(&[CAP_SYS_PTRACE, CAP_DAC_OVERRIDE]),
+            Some(MOUNTINFO_PAUSE),
+            &v
+        ));
         // Reach without search (root without DAC capabilities, 0750 of UID 999): no.
-        assert!(!could_hold(&cap(&[CAP_SYS_ADMIN]), Some(MOUNTINFO_PAUSE), &v));
+        assert!(!could_hold(
+            &cap(&[CAP_SYS_ADMIN]),
+            Some(MOUNTINFO_PAUSE),
+            &v
+        ));
         // Search without reach: no.
-        assert!(!could_hold(&cap(&[CAP_DAC_OVERRIDE]), Some(MOUNTINFO_PAUSE), &v));
+        assert!(!could_hold(
+            &cap(&[CAP_DAC_OVERRIDE]),
+            Some(MOUNTINFO_PAUSE),
+            &v
+        ));
     }
 
     #[test]
     fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape_mountinfo("/var/lib/with\\040space"), "/var/lib/with space");
+        assert_eq!(
+            unescape_mountinfo("/var/lib/with\\040space"),
+            "/var/lib/with space"
+        );
         assert_eq!(unescape_mountinfo("/plain"), "/plain");
         assert_eq!(unescape_mountinfo("/end\\04"), "/end\\04");
     }

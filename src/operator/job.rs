@@ -14,7 +14,9 @@ use crate::reason::Reason;
 use crate::split::plan::Layout;
 use crate::split::publish::{self, Publish};
 use crate::split::spec::Cut;
-use crate::split::{self, DigestPolicy, Parent, Policy, PublishError, SplitError, SplitReport, Target};
+use crate::split::{
+    self, DigestPolicy, Parent, Policy, PublishError, SplitError, SplitReport, Target,
+};
 use crate::sstable::statistics::Statistics;
 use crate::sstable::{Component, Descriptor, Format};
 

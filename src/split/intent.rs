@@ -228,10 +228,16 @@ fn parent_difference(table_dir: &Path, was: &ParentIdentity) -> Option<String> {
         d.push(format!("size {} (intent: {})", now.size, was.size));
     }
     if now.mtime_ns != was.mtime_ns {
-        d.push(format!("mtime {} ns (intent: {})", now.mtime_ns, was.mtime_ns));
+        d.push(format!(
+            "mtime {} ns (intent: {})",
+            now.mtime_ns, was.mtime_ns
+        ));
     }
     if now.checksum != was.checksum {
-        d.push(format!("checksum {} (intent: {})", now.checksum, was.checksum));
+        d.push(format!(
+            "checksum {} (intent: {})",
+            now.checksum, was.checksum
+        ));
     }
     (!d.is_empty()).then(|| format!("{} changed: {}", path.display(), d.join(", ")))
 }
@@ -438,9 +444,7 @@ pub fn pending_tables(data_dir: &Path) -> Result<Vec<PathBuf>, PublishError> {
             }
             let rd = match fs::read_dir(d) {
                 Ok(rd) => rd,
-                Err(e) if depth > 0 && e.kind() == std::io::ErrorKind::PermissionDenied => {
-                    continue
-                }
+                Err(e) if depth > 0 && e.kind() == std::io::ErrorKind::PermissionDenied => continue,
                 Err(e) => return Err(io(d)(e)),
             };
             for e in rd {
@@ -463,8 +467,7 @@ fn job_dirs(table_dir: &Path) -> Result<Vec<PathBuf>, PublishError> {
     let mut v = Vec::new();
     for e in fs::read_dir(&p).map_err(io(&p))? {
         let e = e.map_err(io(&p))?;
-        if e.file_type().is_ok_and(|t| t.is_dir()) && check_job_uid(&file_name(&e.path())).is_ok()
-        {
+        if e.file_type().is_ok_and(|t| t.is_dir()) && check_job_uid(&file_name(&e.path())).is_ok() {
             v.push(e.path());
         }
     }
@@ -868,7 +871,10 @@ mod tests {
             },
         };
         let j = serde_json::to_string(&o).unwrap();
-        assert!(j.contains(r#""state":"Failed""#) && j.contains(r#""reason":"ParentChanged""#), "{j}");
+        assert!(
+            j.contains(r#""state":"Failed""#) && j.contains(r#""reason":"ParentChanged""#),
+            "{j}"
+        );
         let back: Outcome = serde_json::from_str(&j).unwrap();
         assert_eq!(back, o);
         assert_eq!(back.reason(), Some(Reason::ParentChanged));
