@@ -583,10 +583,11 @@ pub fn run_on_restart(data_dir: &Path, opts: &ApplyOptions) -> Result<ApplyRepor
     super::guard::ensure_no_cassandra(&[data_dir])?;
     point("apply:guarded");
     for t in &tables {
-        let _lock = publish::lock_for_split(t, t)?;
+        // `recover` takes the table lock itself (and gives it back): first, then ours.
         if !opts.dry_run {
             report.recovered.extend(publish::recover(t)?);
         }
+        let _lock = publish::lock_for_split(t, t)?;
         for j in job_dirs(t)? {
             report.jobs.push(apply_job(t, &j, opts)?);
         }
