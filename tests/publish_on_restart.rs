@@ -115,7 +115,7 @@ fn on_restart_stages_apply_pending_waits_for_cassandra_then_publishes() {
         eprintln!("SKIP: no ../shared");
         return;
     }
-    let data = m.path().join("data");
+    let data = m.mount_point.join("data");
     let table = table_in(&data);
     let parent = table.join("nb-1-big-Data.db");
     let fp0 = sstcheck_fp(&[parent.clone()]);
@@ -197,7 +197,7 @@ fn a_parent_compacted_away_drops_the_intent_with_parent_changed() {
     if shared_dir().is_none() {
         return;
     }
-    let data = m.path().join("data");
+    let data = m.mount_point.join("data");
     let table = table_in(&data);
     pend(&table, "job-2");
     // "Compaction": the parent goes, another sstable takes its keys' place.
@@ -312,9 +312,9 @@ fn sigkill_pend_or_apply_at_every_fault_point_ends_in_parent_or_children() {
     if shared_dir().is_none() {
         return;
     }
-    let list = m.path().join("points.txt");
+    let list = m.mount_point.join("points.txt");
     // The points of an unharmed pend and apply.
-    let w = m.path().join("w0");
+    let w = m.mount_point.join("w0");
     let table = table_in(&w);
     let fp0 = sstcheck_fp(&[table.join("nb-1-big-Data.db")]);
     let pend_points = points_of(pend_cmd(&table, "j"), &list);
@@ -332,7 +332,7 @@ fn sigkill_pend_or_apply_at_every_fault_point_ends_in_parent_or_children() {
             for nth in nths {
                 trials += 1;
                 let what = format!("{phase} killed at {point}@{nth}");
-                let w = m.path().join(format!("w{trials}"));
+                let w = m.mount_point.join(format!("w{trials}"));
                 let table = table_in(&w);
                 let mut c = pend_cmd(&table, "j");
                 if phase == "pend" {
@@ -379,7 +379,7 @@ fn replace_alone_in_a_pid_namespace_is_cassandra_may_be_running() {
     let Some(m) = xfs_or_skip("pidns_alone", 256 << 20) else {
         return;
     };
-    let table = table_in(&m.path().join("data"));
+    let table = table_in(&m.mount_point.join("data"));
     let snap = snapshot(&table);
     let out = Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc"])
@@ -431,7 +431,7 @@ fn sidecar_shape_guard_sees_cassandra_and_ignores_pause() {
     let Some(m) = xfs_or_skip("sidecar_shape", 256 << 20) else {
         return;
     };
-    let data = m.path().join("data");
+    let data = m.mount_point.join("data");
     let table = table_in(&data);
     let chown = Command::new("chown")
         .args(["-R", "999:999"])
