@@ -108,7 +108,7 @@ fn live(table: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn on_restart_stages_apply_pending_waits_for_cassandra_then_publishes() {
-    let Some(m) = xfs_or_skip("on_restart", 256 << 20) else {
+    let Some(m) = xfs_or_skip("on_restart", 512 << 20) else {
         return;
     };
     if shared_dir().is_none() {
@@ -191,7 +191,7 @@ fn on_restart_stages_apply_pending_waits_for_cassandra_then_publishes() {
 
 #[test]
 fn a_parent_compacted_away_drops_the_intent_with_parent_changed() {
-    let Some(m) = xfs_or_skip("parent_changed", 256 << 20) else {
+    let Some(m) = xfs_or_skip("parent_changed", 512 << 20) else {
         return;
     };
     if shared_dir().is_none() {
@@ -376,7 +376,7 @@ fn sigkill_pend_or_apply_at_every_fault_point_ends_in_parent_or_children() {
 /// `unshare --pid --fork --mount-proc`: cleave alone in a PID namespace of its own.
 #[test]
 fn replace_alone_in_a_pid_namespace_is_cassandra_may_be_running() {
-    let Some(m) = xfs_or_skip("pidns_alone", 256 << 20) else {
+    let Some(m) = xfs_or_skip("pidns_alone", 512 << 20) else {
         return;
     };
     let table = table_in(&m.mount_point.join("data"));
@@ -428,7 +428,7 @@ impl Drop for KillTree {
 /// 999 holding the parent or not.
 #[test]
 fn sidecar_shape_guard_sees_cassandra_and_ignores_pause() {
-    let Some(m) = xfs_or_skip("sidecar_shape", 256 << 20) else {
+    let Some(m) = xfs_or_skip("sidecar_shape", 512 << 20) else {
         return;
     };
     let data = m.mount_point.join("data");
