@@ -7,6 +7,7 @@ pub mod bench;
 pub mod gen;
 pub mod http;
 pub mod io;
+pub mod mgmt;
 pub mod operator;
 pub mod reason;
 pub mod split;

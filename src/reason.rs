@@ -68,6 +68,12 @@ pub enum Reason {
     TableNotFound,
     /// An sstable the spec names is in none of the tables.
     SSTableNotFound,
+    /// The cluster could not lose this node now: the management API's cluster probe failed at LOCAL_QUORUM for the keyspace's replication factor.
+    ClusterUnavailable,
+    /// A maintenance window would last (or lasted) longer than `maxDowntimeSeconds`.
+    DowntimeExceeded,
+    /// The management API could not be reached, or answered a call with a status its OpenAPI document does not give for success.
+    ManagementApiFailed,
 }
 
 impl Reason {
@@ -101,6 +107,9 @@ impl Reason {
             Reason::KeyspaceNotFound => "The keyspace has no directory under the data directory.",
             Reason::TableNotFound => "A table the spec names has no directory under its keyspace.",
             Reason::SSTableNotFound => "An sstable the spec names is in none of the tables.",
+            Reason::ClusterUnavailable => "The cluster could not lose this node now: the management API's cluster probe failed at LOCAL_QUORUM for the keyspace's replication factor.",
+            Reason::DowntimeExceeded => "A maintenance window would last (or lasted) longer than `maxDowntimeSeconds`.",
+            Reason::ManagementApiFailed => "The management API could not be reached, or answered a call with a status its OpenAPI document does not give for success.",
         }
     }
 
@@ -133,6 +142,9 @@ impl Reason {
         Reason::KeyspaceNotFound,
         Reason::TableNotFound,
         Reason::SSTableNotFound,
+        Reason::ClusterUnavailable,
+        Reason::DowntimeExceeded,
+        Reason::ManagementApiFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -164,6 +176,9 @@ impl Reason {
             Reason::KeyspaceNotFound => "KeyspaceNotFound",
             Reason::TableNotFound => "TableNotFound",
             Reason::SSTableNotFound => "SSTableNotFound",
+            Reason::ClusterUnavailable => "ClusterUnavailable",
+            Reason::DowntimeExceeded => "DowntimeExceeded",
+            Reason::ManagementApiFailed => "ManagementApiFailed",
         }
     }
 
@@ -238,6 +253,10 @@ pub enum Milestone {
     Recovered,
     /// A deleted resource's leftovers were removed.
     Cleanup,
+    /// Cassandra was stopped through the management API for a maintenance window.
+    WindowOpened,
+    /// Cassandra is ready again after a maintenance window.
+    WindowClosed,
 }
 
 impl Milestone {
@@ -254,6 +273,8 @@ impl Milestone {
             Milestone::Retrying => "An attempt failed with a retryable reason; the sender tries again.",
             Milestone::Recovered => "A retried transfer went through.",
             Milestone::Cleanup => "A deleted resource's leftovers were removed.",
+            Milestone::WindowOpened => "Cassandra was stopped through the management API for a maintenance window.",
+            Milestone::WindowClosed => "Cassandra is ready again after a maintenance window.",
         }
     }
 
@@ -268,6 +289,8 @@ impl Milestone {
         Milestone::Retrying,
         Milestone::Recovered,
         Milestone::Cleanup,
+        Milestone::WindowOpened,
+        Milestone::WindowClosed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -282,6 +305,8 @@ impl Milestone {
             Milestone::Retrying => "Retrying",
             Milestone::Recovered => "Recovered",
             Milestone::Cleanup => "Cleanup",
+            Milestone::WindowOpened => "WindowOpened",
+            Milestone::WindowClosed => "WindowClosed",
         }
     }
 }

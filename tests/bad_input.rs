@@ -1,6 +1,9 @@
 //! Damaged SSTables: every one is refused with an error that names the file, the offset
 //! and what was expected — never a panic, never a wrong answer — and nothing on disk
 //! changes.
+// Always true here; said so that clippy.toml's allow-unwrap-in-tests covers the helpers too
+// (rust-clippy#11119).
+#![cfg(test)]
 
 mod common;
 
@@ -11,24 +14,10 @@ use cleave::sstable::table::CheckLevel;
 use cleave::sstable::SSTable;
 use common::*;
 
-/// Copies every component of the sstable `data_db` into a fresh temp dir.
-fn copy_sstable(data_db: &Path) -> (tempfile::TempDir, PathBuf) {
+/// A writable copy of the sstable `data_db` in a fresh temp dir (`common::copy_sstable`).
+fn copied(data_db: &Path) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let name = data_db.file_name().unwrap().to_str().unwrap();
-    let prefix = name.strip_suffix("Data.db").unwrap();
-    for e in std::fs::read_dir(data_db.parent().unwrap()).unwrap() {
-        let e = e.unwrap();
-        let n = e.file_name().into_string().unwrap();
-        if n.starts_with(prefix) {
-            let to = dir.path().join(&n);
-            std::fs::copy(e.path(), &to).unwrap();
-            let mut perm = std::fs::metadata(&to).unwrap().permissions();
-            #[allow(clippy::permissions_set_readonly_false)]
-            perm.set_readonly(false);
-            std::fs::set_permissions(&to, perm).unwrap();
-        }
-    }
-    let d = dir.path().join(name);
+    let d = copy_sstable(data_db, dir.path());
     (dir, d)
 }
 
@@ -109,7 +98,7 @@ fn truncated_components() {
         ("Filter.db", "Filter.db"),
         ("Data.db", "Data.db"),
     ] {
-        let (_d, data) = copy_sstable(&nb_clust(&shared));
+        let (_d, data) = copied(&nb_clust(&shared));
         let p = component(&data, c);
         mutate(&p, |b| b.truncate(b.len() - 3));
         assert_refused(&data, c, text);
@@ -122,11 +111,11 @@ fn wrong_counts_and_lengths() {
         return;
     };
     // Statistics.db: a component count of 9 (and, na+, its CRC is then wrong too).
-    let (_d, data) = copy_sstable(&nb_clust(&shared));
+    let (_d, data) = copied(&nb_clust(&shared));
     mutate(&component(&data, "Statistics.db"), |b| b[3] = 9);
     assert_refused(&data, "Statistics.db", "offset");
     // CompressionInfo.db: a chunk length that is not a power of two.
-    let (_d, data) = copy_sstable(&nb_clust(&shared));
+    let (_d, data) = copied(&nb_clust(&shared));
     mutate(&component(&data, "CompressionInfo.db"), |b| {
         let name_len = u16::from_be_bytes([b[0], b[1]]) as usize;
         let at = 2 + name_len + 4; // no options in this file
@@ -134,7 +123,7 @@ fn wrong_counts_and_lengths() {
     });
     assert_refused(&data, "CompressionInfo.db", "power of two");
     // Summary.db: entry count larger than the file.
-    let (_d, data) = copy_sstable(&nb_clust(&shared));
+    let (_d, data) = copied(&nb_clust(&shared));
     mutate(&component(&data, "Summary.db"), |b| {
         b[4..8].copy_from_slice(&1_000_000i32.to_be_bytes())
     });
@@ -146,7 +135,7 @@ fn statistics_crc_mismatch() {
     let Some(shared) = corpus_or_skip("stats crc") else {
         return;
     };
-    let (_d, data) = copy_sstable(&nb_clust(&shared));
+    let (_d, data) = copied(&nb_clust(&shared));
     let p = component(&data, "Statistics.db");
     mutate(&p, |b| {
         let n = b.len();
@@ -164,7 +153,7 @@ fn chunk_offsets_out_of_order() {
     let Some(shared) = corpus_or_skip("offsets") else {
         return;
     };
-    let (_d, data) = copy_sstable(&nb_clust(&shared));
+    let (_d, data) = copied(&nb_clust(&shared));
     mutate(&component(&data, "CompressionInfo.db"), |b| {
         let n = b.len();
         // Swap the last two offsets.
@@ -182,7 +171,7 @@ fn index_position_past_data_length() {
     let Some(shared) = corpus_or_skip("index position") else {
         return;
     };
-    let (_d, data) = copy_sstable(&mc_uncompressed(&shared));
+    let (_d, data) = copied(&mc_uncompressed(&shared));
     let len = std::fs::metadata(&data).unwrap().len();
     let p = component(&data, "Index.db");
     // Rewrite the last entry's position to the Data.db length.
@@ -207,7 +196,7 @@ fn unknown_version_and_format() {
     let Some(shared) = corpus_or_skip("version") else {
         return;
     };
-    let (d, data) = copy_sstable(&nb_clust(&shared));
+    let (d, data) = copied(&nb_clust(&shared));
     for e in std::fs::read_dir(d.path()).unwrap() {
         let e = e.unwrap();
         let n = e.file_name().into_string().unwrap();
@@ -230,12 +219,12 @@ fn damaged_chunk_and_wrong_key() {
     let Some(shared) = corpus_or_skip("chunk") else {
         return;
     };
-    let (_d, data) = copy_sstable(&nb_clust(&shared));
+    let (_d, data) = copied(&nb_clust(&shared));
     mutate(&data, |b| b[100] ^= 1);
     assert_refused(&data, "Data.db", "checksum mismatch in chunk 0");
     // Uncompressed: a partition key byte changed (CRC.db and Digest then disagree too, but
     // the key check comes first).
-    let (_d, data) = copy_sstable(&mc_uncompressed(&shared));
+    let (_d, data) = copied(&mc_uncompressed(&shared));
     mutate(&data, |b| b[3] ^= 0xFF);
     assert_refused(&data, "Data.db", "expected partition key");
     // The index-only check does not read Data.db and still succeeds.

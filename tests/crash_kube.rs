@@ -13,6 +13,9 @@
 //! make it stale by patching the dead worker's `heartbeatTime` into the past (the same
 //! decision, `decide::decide`, without 30 s per trial). `CLEAVE_KUBE_CRASH_POINTS=a,b,…`
 //! runs other points (every name in docs/reliability.md "Fault points").
+// Always true here; said so that clippy.toml's allow-unwrap-in-tests covers the helpers too
+// (rust-clippy#11119).
+#![cfg(test)]
 
 mod common;
 

@@ -10,6 +10,9 @@
 //! directory byte-identical after every run; nothing left in `--out` after a failure.
 //! `CLEAVE_HOSTILE_CASES=N` (default 300) and `CLEAVE_HOSTILE_SEED`; `scripts/campaign.sh
 //! hostile` runs the full variant.
+// Always true here; said so that clippy.toml's allow-unwrap-in-tests covers the helpers too
+// (rust-clippy#11119).
+#![cfg(test)]
 
 mod common;
 

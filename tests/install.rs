@@ -7,6 +7,9 @@
 //! One control plane for the whole binary (`scripts/k8s-testenv.sh`), in one test; the
 //! checks that need no apiserver are separate tests. There is no kubelet: pods never run,
 //! so a server dry run (admission, defaulting, validation) is the check for pod specs.
+// Always true here; said so that clippy.toml's allow-unwrap-in-tests covers the helpers too
+// (rust-clippy#11119).
+#![cfg(test)]
 
 mod common;
 
@@ -269,11 +272,13 @@ fn rbac_rules_are_exactly_the_least_privilege_set() {
     // re-read after a 409), list/watch, patch (the finalizer), status patch, finalizers
     // update and Events, exactly what a job needs; its sender credentials are mounted
     // files, not API reads. So no rule was added (tests/install.rs's chart e2e completes
-    // a RangeStream with this Role).
+    // a RangeStream with this Role). The CleanupJob (issue 19) is a job like the others:
+    // the same verbs on its own resource; its ring comes from the management API over
+    // HTTP, not from the Kubernetes API, so it adds no other rule.
     let core = vec![
-        json!({"apiGroups": ["cleave.dev"], "resources": ["anticompactionjobs", "rangestreams"], "verbs": ["get", "list", "watch", "patch", "delete"]}),
-        json!({"apiGroups": ["cleave.dev"], "resources": ["anticompactionjobs/status", "rangestreams/status"], "verbs": ["patch"]}),
-        json!({"apiGroups": ["cleave.dev"], "resources": ["anticompactionjobs/finalizers", "rangestreams/finalizers"], "verbs": ["update"]}),
+        json!({"apiGroups": ["cleave.dev"], "resources": ["anticompactionjobs", "rangestreams", "cleanupjobs"], "verbs": ["get", "list", "watch", "patch", "delete"]}),
+        json!({"apiGroups": ["cleave.dev"], "resources": ["anticompactionjobs/status", "rangestreams/status", "cleanupjobs/status"], "verbs": ["patch"]}),
+        json!({"apiGroups": ["cleave.dev"], "resources": ["anticompactionjobs/finalizers", "rangestreams/finalizers", "cleanupjobs/finalizers"], "verbs": ["update"]}),
         json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}),
     ];
     // No Secret either, with the stream on: nothing in src/ reads a Secret through the API
@@ -338,7 +343,7 @@ fn runbook_covers_every_reason_and_ships_the_charts_alerts() {
     }
 }
 
-/// docs/crd-reference.md lists every field of both CRDs with its type and whether it is
+/// docs/crd-reference.md lists every field of every CRD with its type and whether it is
 /// required, and no field the schema does not have.
 #[test]
 fn crd_reference_matches_the_schema() {
@@ -350,6 +355,7 @@ fn crd_reference_matches_the_schema() {
             cleave::operator::crd::AnticompactionJob::crd(),
         ),
         ("RangeStream", cleave::operator::crd::RangeStream::crd()),
+        ("CleanupJob", cleave::operator::crd::CleanupJob::crd()),
     ] {
         let v = serde_json::to_value(&crd).unwrap();
         let schema = &v["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
@@ -360,13 +366,17 @@ fn crd_reference_matches_the_schema() {
                 .is_some_and(|r| r.iter().any(|x| x == top));
             walk(&schema["properties"][top], top, required, &mut want);
         }
-        // The doc's rows under "## <Kind>": | `path` | type | required | ...
-        let section = doc
-            .split(&format!("\n## {kind}\n"))
-            .nth(1)
-            .unwrap_or_else(|| panic!("docs/crd-reference.md has no '## {kind}' section"));
-        let section = section.split("\n## ").next().unwrap();
-        let got: BTreeSet<(String, String, bool)> = section
+        // The doc's rows under "## <Kind>" and under the status section the three kinds
+        // share: | `path` | type | required | ...
+        let section = |title: &str| {
+            let s = doc
+                .split(&format!("\n## {title}\n"))
+                .nth(1)
+                .unwrap_or_else(|| panic!("docs/crd-reference.md has no '## {title}' section"));
+            s.split("\n## ").next().unwrap().to_string()
+        };
+        let rows = section(kind) + &section("Status (every kind)");
+        let got: BTreeSet<(String, String, bool)> = rows
             .lines()
             .filter(|l| l.starts_with("| `"))
             .map(|l| {

@@ -3,6 +3,9 @@
 //! the faults of issue 10: wrong token or certificate, hostile manifests, a symlinked
 //! staging entry, a bad chunk CRC, a wrong whole-file checksum, a full disk, the
 //! concurrency limit, a connection cut mid-file, an unreachable receiver, a replay.
+// Always true here; said so that clippy.toml's allow-unwrap-in-tests covers the helpers too
+// (rust-clippy#11119).
+#![cfg(test)]
 
 mod common;
 
@@ -12,82 +15,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cleave::stream::manifest::{self, Import};
+use common::stream::*;
 use common::*;
 
-struct Recv {
-    _child: KillOnDrop,
-    port: u16,
-    staging: PathBuf,
-}
-
-fn serve(staging: &Path, extra: &[&str]) -> Recv {
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let child = Command::new(cleave_bin())
-        .args([
-            "stream",
-            "serve",
-            "--stream-addr",
-            &addr,
-            "--stream-staging",
-        ])
-        .arg(staging)
-        .args(extra)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let guard = KillOnDrop(child);
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "receiver did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Recv {
-        _child: guard,
-        port,
-        staging: staging.to_path_buf(),
-    }
-}
-
-fn token_args(dir: &Path, token: &str) -> (PathBuf, Vec<String>) {
-    let f = dir.join(format!("token-{token}"));
-    std::fs::write(&f, format!("{token}\n")).unwrap();
-    let args = vec![
-        "--stream-token-file".to_string(),
-        f.display().to_string(),
-        "--insecure-plaintext".to_string(),
-    ];
-    (f, args)
-}
-
-struct Sent {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-fn send(port: u16, data: &[&Path], extra: &[&str]) -> Sent {
-    let out = Command::new(cleave_bin())
-        .args([
-            "stream",
-            "send",
-            "--to",
-            &format!("127.0.0.1:{port}"),
-            "--json",
-        ])
-        .args(data)
-        .args(extra)
-        .output()
-        .unwrap();
-    Sent {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
+/// Where the tests put a source sstable: `<dir>/ks/<table>-<id>/` (a table directory).
+const KS_TABLE: &str = "ks/t-0123456789abcdef0123456789abcdef";
 
 /// `cleave gen ARGS` into `<root>/src/ks/<table>/`: the table directory and its Data.db.
 fn gen_table(root: &Path, args: &[&str]) -> (PathBuf, PathBuf) {
@@ -111,10 +43,6 @@ fn gen_table(root: &Path, args: &[&str]) -> (PathBuf, PathBuf) {
         .find(|p| p.to_string_lossy().ends_with("-Data.db"))
         .unwrap();
     (src, data)
-}
-
-fn json(s: &Sent) -> serde_json::Value {
-    serde_json::from_str(&s.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", s.stdout, s.stderr))
 }
 
 /// Files under `transfers/` (the receiver's staging) and `ready/`.
@@ -157,23 +85,6 @@ fn cqlite_rows(r: &ManifestRow, data: &Path) -> Option<serde_json::Value> {
     Some(out["rows"].clone())
 }
 
-/// A sstable copied into `<dir>/<ks>/<table>-<hex>/` so the source can be snapshotted and
-/// damaged without touching ../shared.
-fn copy_sstable(data: &Path, dir: &Path) -> PathBuf {
-    let (desc, _) = cleave::sstable::Descriptor::from_path(data).unwrap();
-    let to = dir.join("ks").join("t-0123456789abcdef0123456789abcdef");
-    std::fs::create_dir_all(&to).unwrap();
-    let prefix = desc.file_name(&cleave::sstable::Component::Other(String::new()));
-    for e in std::fs::read_dir(&desc.dir).unwrap() {
-        let p = e.unwrap().path();
-        let n = p.file_name().unwrap().to_string_lossy().into_owned();
-        if n.starts_with(&prefix) {
-            std::fs::copy(&p, to.join(&n)).unwrap();
-        }
-    }
-    to.join(desc.file_name(&cleave::sstable::Component::Data))
-}
-
 #[test]
 fn corpus_sstables_arrive_checked_identical_and_a_replay_publishes_nothing() {
     let Some(shared) = corpus_or_skip("stream corpus") else {
@@ -206,25 +117,22 @@ fn corpus_sstables_arrive_checked_identical_and_a_replay_publishes_nothing() {
         "corpus lacks the sstables this test needs"
     );
     let cqlite = cqlite_available();
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, targs) = token_args(tmp.path(), "s3cret");
-    let targs: Vec<&str> = targs.iter().map(String::as_str).collect();
-    let recv = serve(&tmp.path().join("recv"), &targs);
+    let pair = StreamPair::serve_with_token("s3cret", &[]);
+    let (tmp, recv) = (&pair.dir, &pair.recv);
     let src = tmp.path().join("src");
     let mut sources = Vec::new();
     for (i, r) in picked.iter().enumerate() {
-        sources.push((r, copy_sstable(&r.data_db, &src.join(i.to_string()))));
+        sources.push((
+            r,
+            copy_sstable(&r.data_db, &src.join(i.to_string()).join(KS_TABLE)),
+        ));
     }
     let before = snapshot(&src);
     for (i, (r, data)) in sources.iter().enumerate() {
         let prefix = format!("c{i}");
-        let s = send(
-            recv.port,
-            &[data],
-            &[targs[0], targs[1], targs[2], "--transfer-prefix", &prefix],
-        );
+        let s = pair.send(&[data], &["--transfer-prefix", &prefix]);
         assert!(s.ok, "{}: {}", data.display(), s.stderr);
-        let v = json(&s);
+        let v = s.json();
         let verdict = &v[0]["verdict"];
         assert_eq!(verdict["ok"], true);
         let received = PathBuf::from(
@@ -270,13 +178,9 @@ fn corpus_sstables_arrive_checked_identical_and_a_replay_publishes_nothing() {
     let ready_before = files_under(&recv.staging.join("ready"));
     for (i, (_, data)) in sources[..2].iter().enumerate() {
         let prefix = format!("c{i}");
-        let s = send(
-            recv.port,
-            &[data],
-            &[targs[0], targs[1], targs[2], "--transfer-prefix", &prefix],
-        );
+        let s = pair.send(&[data], &["--transfer-prefix", &prefix]);
         assert!(s.ok, "{}", s.stderr);
-        let v = json(&s);
+        let v = s.json();
         assert_eq!(v[0]["replayed"], true);
         assert_eq!(v[0]["bytesSent"], 0);
     }
@@ -302,12 +206,10 @@ fn wrong_or_missing_token_is_refused_and_nothing_is_written() {
         .find(|r| is_supported_big(r) && r.version == "nb" && r.compressed && !r.invalid)
         .unwrap()
         .data_db;
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, good) = token_args(tmp.path(), "right");
+    let pair = StreamPair::serve_with_token("right", &[]);
+    let (tmp, recv) = (&pair.dir, &pair.recv);
     let (_, bad) = token_args(tmp.path(), "wrong");
-    let good: Vec<&str> = good.iter().map(String::as_str).collect();
     let bad: Vec<&str> = bad.iter().map(String::as_str).collect();
-    let recv = serve(&tmp.path().join("recv"), &good);
     let s = send(
         recv.port,
         &[&data],
@@ -412,13 +314,8 @@ fn sample_manifest(id: &str) -> manifest::Manifest {
 
 #[test]
 fn hostile_manifests_and_a_symlinked_staging_entry_are_refused_and_staging_cleaned() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, t) = token_args(tmp.path(), "tok");
-    let t: Vec<&str> = t.iter().map(String::as_str).collect();
-    let recv = serve(
-        &tmp.path().join("recv"),
-        &[t[0], t[1], t[2], "--stream-allow-tables", "ks.*"],
-    );
+    let pair = StreamPair::serve(&["--stream-allow-tables", "ks.*"]);
+    let (tmp, recv) = (&pair.dir, &pair.recv);
     let tok = Some("tok");
     let put = |id: &str, m: &manifest::Manifest| {
         raw(
@@ -560,10 +457,8 @@ fn a_bad_chunk_crc_or_a_wrong_file_checksum_is_rejected_and_staging_cleaned() {
         return;
     };
     let rows = manifest(&shared);
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, t) = token_args(tmp.path(), "tok");
-    let t: Vec<&str> = t.iter().map(String::as_str).collect();
-    let recv = serve(&tmp.path().join("recv"), &t);
+    let pair = StreamPair::serve(&[]);
+    let (tmp, recv) = (&pair.dir, &pair.recv);
     for compressed in [true, false] {
         let r = rows
             .iter()
@@ -575,7 +470,10 @@ fn a_bad_chunk_crc_or_a_wrong_file_checksum_is_rejected_and_staging_cleaned() {
                     && r.partitions >= 5
             })
             .unwrap();
-        let data = copy_sstable(&r.data_db, &tmp.path().join(format!("src{compressed}")));
+        let data = copy_sstable(
+            &r.data_db,
+            &tmp.path().join(format!("src{compressed}")).join(KS_TABLE),
+        );
         // Wrong whole-file checksum in the manifest, bytes intact.
         let mut child =
             cleave::stream::send::whole_sstable(&data, &name(&format!("sum{compressed}"))).unwrap();
@@ -655,21 +553,8 @@ fn the_concurrency_limit_answers_429_and_the_sender_waits_for_retry_after() {
         })
         .unwrap()
         .data_db;
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, t) = token_args(tmp.path(), "tok");
-    let t: Vec<&str> = t.iter().map(String::as_str).collect();
-    let recv = serve(
-        &tmp.path().join("recv"),
-        &[
-            t[0],
-            t[1],
-            t[2],
-            "--stream-max-transfers",
-            "1",
-            "--stream-retry-after",
-            "1",
-        ],
-    );
+    let pair = StreamPair::serve(&["--stream-max-transfers", "1", "--stream-retry-after", "1"]);
+    let recv = &pair.recv;
     // Another transfer holds the only slot.
     let (status, body) = raw(
         recv.port,
@@ -702,11 +587,7 @@ fn the_concurrency_limit_answers_429_and_the_sender_waits_for_retry_after() {
         )
     });
     let t0 = Instant::now();
-    let s = send(
-        recv.port,
-        &[&data],
-        &[t[0], t[1], t[2], "--keyspace", "ks", "--table", "t"],
-    );
+    let s = pair.send(&[&data], &["--keyspace", "ks", "--table", "t"]);
     assert!(s.ok, "{}", s.stderr);
     assert!(s.stderr.contains("TooManyTransfers"), "{}", s.stderr);
     assert!(t0.elapsed() >= Duration::from_secs(2));
@@ -729,19 +610,10 @@ fn a_full_receiver_disk_is_insufficient_space_before_a_byte() {
         })
         .unwrap()
         .data_db;
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, t) = token_args(tmp.path(), "tok");
-    let t: Vec<&str> = t.iter().map(String::as_str).collect();
     // --min-free-percent 100: no transfer can leave 100% free.
-    let recv = serve(
-        &tmp.path().join("recv"),
-        &[t[0], t[1], t[2], "--min-free-percent", "100"],
-    );
-    let s = send(
-        recv.port,
-        &[&data],
-        &[t[0], t[1], t[2], "--keyspace", "ks", "--table", "t"],
-    );
+    let pair = StreamPair::serve(&["--min-free-percent", "100"]);
+    let recv = &pair.recv;
+    let s = pair.send(&[&data], &["--keyspace", "ks", "--table", "t"]);
     assert!(!s.ok);
     assert!(
         s.stderr.contains("error[InsufficientSpace]"),
@@ -808,16 +680,13 @@ fn a_connection_cut_mid_file_resumes_from_the_durable_offset_and_completes() {
     let Some(shared) = corpus_or_skip("stream resume") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, data) = gen_table(tmp.path(), &["--size", "24MiB", "--random"]);
+    let pair = StreamPair::serve(&[]);
+    let (_, data) = gen_table(pair.path(), &["--size", "24MiB", "--random"]);
     let size = std::fs::metadata(&data).unwrap().len();
-    let (_, t) = token_args(tmp.path(), "tok");
-    let t: Vec<&str> = t.iter().map(String::as_str).collect();
-    let recv = serve(&tmp.path().join("recv"), &t);
-    let proxy = cutting_proxy(recv.port, size / 2);
-    let s = send(proxy, &[&data], &[t[0], t[1], t[2], "--backoff-ms", "100"]);
+    let proxy = cutting_proxy(pair.port(), size / 2);
+    let s = pair.send_via(proxy, &[&data], &["--backoff-ms", "100"]);
     assert!(s.ok, "{}", s.stderr);
-    let v = json(&s);
+    let v = s.json();
     let resumed = v[0]["resumed"].as_array().unwrap();
     assert_eq!(resumed.len(), 1, "{v}");
     assert_eq!(resumed[0][0], "Data.db");
@@ -1008,7 +877,7 @@ fn mutual_tls_admits_the_right_client_certificate_only() {
     let e: Vec<&str> = extra.iter().map(String::as_str).collect();
     let s = send(recv.port, &[&data], &e);
     assert!(s.ok, "{}", s.stderr);
-    assert_eq!(json(&s)[0]["verdict"]["ok"], true);
+    assert_eq!(s.json()[0]["verdict"]["ok"], true);
 }
 
 /// The ≥ 1 GiB acceptance run (not in CI: `cargo test --release --test stream -- --ignored`).
@@ -1018,15 +887,12 @@ fn a_generated_gib_sstable_streams_checked() {
     let Some(shared) = corpus_or_skip("stream 1 GiB") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let (src, data) = gen_table(tmp.path(), &["--size", "1GiB"]);
+    let pair = StreamPair::serve(&[]);
+    let (src, data) = gen_table(pair.path(), &["--size", "1GiB"]);
     let before = snapshot(&src);
-    let (_, t) = token_args(tmp.path(), "tok");
-    let t: Vec<&str> = t.iter().map(String::as_str).collect();
-    let recv = serve(&tmp.path().join("recv"), &t);
-    let s = send(recv.port, &[&data], &t);
+    let s = pair.send(&[&data], &[]);
     assert!(s.ok, "{}", s.stderr);
-    let v = json(&s);
+    let v = s.json();
     let received = PathBuf::from(v[0]["verdict"]["published"][0].as_str().unwrap());
     let a = sstcheck_json(&shared, &data);
     let b = sstcheck_json(&shared, &received);
@@ -1049,45 +915,11 @@ fn the_sidecar_serves_the_receiver_with_stream_metrics() {
         })
         .unwrap()
         .data_db;
-    let tmp = tempfile::tempdir().unwrap();
-    let manifests = tmp.path().join("manifests");
-    std::fs::create_dir_all(&manifests).unwrap();
-    let (_, t) = token_args(tmp.path(), "tok");
-    let (port, mport) = (free_port(), free_port());
-    let child = Command::new(cleave_bin())
-        .args(["run", "--node", "node-b", "--local"])
-        .arg(&manifests)
-        .args(["--data-dir"])
-        .arg(tmp.path())
-        .args(["--metrics-addr", &format!("127.0.0.1:{mport}")])
-        .args([
-            "--stream-addr",
-            &format!("127.0.0.1:{port}"),
-            "--stream-staging",
-        ])
-        .arg(tmp.path().join("recv"))
-        .args(&t)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _guard = KillOnDrop(child);
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "sidecar did not serve the stream port"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let tt: Vec<&str> = t.iter().map(String::as_str).collect();
-    let s = send(
-        port,
-        &[&data],
-        &[tt[0], tt[1], tt[2], "--keyspace", "ks", "--table", "t"],
-    );
+    let pair = StreamPair::sidecar_in(tempfile::tempdir().unwrap());
+    let s = pair.send(&[&data], &["--keyspace", "ks", "--table", "t"]);
     assert!(s.ok, "{}", s.stderr);
-    assert_eq!(json(&s)[0]["verdict"]["ok"], true);
-    let m = http_get(mport, "/metrics").unwrap();
+    assert_eq!(s.json()[0]["verdict"]["ok"], true);
+    let m = http_get(pair.metrics_port.unwrap(), "/metrics").unwrap();
     assert!(
         m.lines()
             .any(|l| l.starts_with("cleave_stream_transfers_total")
@@ -1118,31 +950,18 @@ fn hex64(v: &serde_json::Value) -> u64 {
 /// (sstcheck's `in_ranges`); returns how many children arrived.
 fn send_ranges_and_check(
     shared: &Path,
-    recv: &Recv,
-    targs: &[&str],
+    pair: &StreamPair,
     data: &Path,
     ranges: &str,
     prefix: &str,
 ) -> usize {
-    let s = send(
-        recv.port,
-        &[data],
-        &[
-            targs[0],
-            targs[1],
-            targs[2],
-            "--transfer-prefix",
-            prefix,
-            "--ranges",
-            ranges,
-        ],
-    );
+    let s = pair.send(&[data], &["--transfer-prefix", prefix, "--ranges", ranges]);
     assert!(s.ok, "{}", s.stderr);
     let want = sstcheck_ranges(shared, data, ranges);
     assert_eq!(want["ok"], true, "{}", want["errors"]);
     let want = &want["in_ranges"];
     let (mut n, mut x, mut sum) = (0u64, 0u64, 0u64);
-    let v = json(&s);
+    let v = s.json();
     let children = v.as_array().unwrap();
     for c in children {
         assert_eq!(c["verdict"]["ok"], true, "{c}");
@@ -1190,34 +1009,19 @@ fn range_children_of_corpus_and_generated_sstables_hold_exactly_the_keys_in_the_
         !picked.is_empty(),
         "corpus lacks compressed Murmur3 sstables"
     );
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, targs) = token_args(tmp.path(), "s3cret");
-    let targs: Vec<&str> = targs.iter().map(String::as_str).collect();
-    let recv = serve(&tmp.path().join("recv"), &targs);
+    let pair = StreamPair::serve_with_token("s3cret", &[]);
+    let tmp = &pair.dir;
     let src = tmp.path().join("src");
     let mut sources = Vec::new();
     for (i, r) in picked.iter().enumerate() {
-        sources.push(copy_sstable(&r.data_db, &src.join(i.to_string())));
+        sources.push(copy_sstable(
+            &r.data_db,
+            &src.join(i.to_string()).join(KS_TABLE),
+        ));
     }
     // A generated Murmur3 sstable of many chunks: two ranges give two children whose
     // Data.db is mostly parent chunk runs.
-    let gen_dir = src.join("gen/ks/t-0123456789abcdef0123456789abcdef");
-    std::fs::create_dir_all(&gen_dir).unwrap();
-    let out = Command::new(cleave_bin())
-        .args(["gen", "--size", "16MiB", "--out"])
-        .arg(&gen_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let generated = std::fs::read_dir(&gen_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with("-Data.db"))
-        .unwrap();
+    let (_, generated) = gen_table(&src.join("gen"), &["--size", "16MiB"]);
     let before = snapshot(&src);
     for (i, data) in sources.iter().enumerate() {
         // (first, last - 1]: all but the first and the last partition.
@@ -1228,71 +1032,14 @@ fn range_children_of_corpus_and_generated_sstables_hold_exactly_the_keys_in_the_
             panic!("{}: not Murmur3: {whole}", data.display());
         };
         let ranges = format!("{first}:{}", last - 1);
-        let n = send_ranges_and_check(&shared, &recv, &targs, data, &ranges, &format!("r{i}"));
+        let n = send_ranges_and_check(&shared, &pair, data, &ranges, &format!("r{i}"));
         assert_eq!(n, 1, "{}: one contiguous run, one child", data.display());
     }
     let ranges =
         "-9000000000000000000:-3000000000000000000,1000000000000000000:4000000000000000000";
-    let n = send_ranges_and_check(&shared, &recv, &targs, &generated, ranges, "gen");
+    let n = send_ranges_and_check(&shared, &pair, &generated, ranges, "gen");
     assert_eq!(n, 2, "two disjoint ranges, two children");
     assert_eq!(snapshot(&src), before, "the source directory changed");
-}
-
-/// A `cleave gen --random` sstable of `size` under `<dir>/src/ks/t-<hex>/`: its Data.db.
-fn generated(dir: &Path, size: &str) -> PathBuf {
-    let src = dir.join("src/ks/t-0123456789abcdef0123456789abcdef");
-    std::fs::create_dir_all(&src).unwrap();
-    let out = Command::new(cleave_bin())
-        .args(["gen", "--size", size, "--random", "--out"])
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::read_dir(&src)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with("-Data.db"))
-        .unwrap()
-}
-
-/// The receiver served by a sidecar (`cleave run --local --stream-addr`), so that its
-/// `cleave_stream_*` counters can be read on `/metrics` of `mport`.
-fn sidecar_receiver(dir: &Path, port: u16, mport: u16, token: &[String]) -> KillOnDrop {
-    let manifests = dir.join("manifests");
-    std::fs::create_dir_all(&manifests).unwrap();
-    std::fs::create_dir_all(dir.join("data")).unwrap();
-    let child = Command::new(cleave_bin())
-        .args(["run", "--node", "node-b", "--local"])
-        .arg(&manifests)
-        .args(["--data-dir"])
-        .arg(dir.join("data"))
-        .args(["--metrics-addr", &format!("127.0.0.1:{mport}")])
-        .args([
-            "--stream-addr",
-            &format!("127.0.0.1:{port}"),
-            "--stream-staging",
-        ])
-        .arg(dir.join("recv"))
-        .args(token)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let guard = KillOnDrop(child);
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
-        || http_get(mport, "/metrics").is_none()
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "sidecar did not serve"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    guard
 }
 
 /// The value of the metric line starting with `name{` holding every label of `labels`.
@@ -1328,13 +1075,11 @@ fn wait_for_staged(staging: &Path, file: &str, min_len: u64) -> String {
 fn a_receiver_killed_mid_transfer_fails_clearly_and_a_resend_resumes_from_the_durable_offset() {
     let tmp = tempfile::tempdir().unwrap();
     // 96 MiB: past the receiver's first durable checkpoint (64 MiB) before the kill.
-    let data = generated(tmp.path(), "96MiB");
+    let data = gen_table(tmp.path(), &["--size", "96MiB", "--random"]).1;
     let size = std::fs::metadata(&data).unwrap().len();
-    let (_, t) = token_args(tmp.path(), "tok");
-    let tt: Vec<&str> = t.iter().map(String::as_str).collect();
-    let (port, mport) = (free_port(), free_port());
-    let recv = sidecar_receiver(tmp.path(), port, mport, &t);
-    let staging = tmp.path().join("recv");
+    let mut pair = StreamPair::sidecar_in(tmp);
+    let (port, mport) = (pair.port(), pair.metrics_port.unwrap());
+    let staging = pair.staging().to_path_buf();
 
     // A throttled sender (32 MiB/s: Data.db takes ~3 s), in the background.
     let sender = Command::new(cleave_bin())
@@ -1346,16 +1091,14 @@ fn a_receiver_killed_mid_transfer_fails_clearly_and_a_resend_resumes_from_the_du
             "--json",
         ])
         .arg(&data)
-        .args([tt[0], tt[1], tt[2], "--max-bytes-per-second", "33554432"])
+        .args(pair.args(&["--max-bytes-per-second", "33554432"]))
         .args(["--retries", "2", "--backoff-ms", "200"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let id = wait_for_staged(&staging, "Data.db.offset", 16);
-    let mut recv = recv;
-    recv.0.kill().unwrap();
-    recv.0.wait().unwrap();
+    pair.kill_receiver();
     let t_kill = Instant::now();
     let out = sender.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1364,11 +1107,10 @@ fn a_receiver_killed_mid_transfer_fails_clearly_and_a_resend_resumes_from_the_du
     assert!(stderr.contains("error[Unreachable]"), "{stderr}");
     assert_eq!(stderr.matches("retrying in").count(), 2, "{stderr}");
     assert!(t_kill.elapsed() >= Duration::from_millis(600), "{stderr}");
-    drop(recv);
 
     // Restarted on the same staging: the transfer is still there, Data.db durable up to a
     // verified chunk boundary past the first checkpoint.
-    let _recv = sidecar_receiver(tmp.path(), port, mport, &t);
+    pair.restart_sidecar();
     let (status, body) = raw(
         port,
         "GET",
@@ -1397,9 +1139,9 @@ fn a_receiver_killed_mid_transfer_fails_clearly_and_a_resend_resumes_from_the_du
         }
     }
 
-    let s = send(port, &[&data], &[tt[0], tt[1], tt[2]]);
+    let s = pair.send(&[&data], &[]);
     assert!(s.ok, "{}", s.stderr);
-    let v = json(&s);
+    let v = s.json();
     assert_eq!(v[0]["attempts"], 1, "{v}");
     assert_eq!(
         v[0]["resumed"],
@@ -1450,7 +1192,7 @@ fn a_receiver_disk_filling_up_while_writing_is_insufficient_space_and_staging_cl
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let data = generated(tmp.path(), "24MiB");
+    let data = gen_table(tmp.path(), &["--size", "24MiB", "--random"]).1;
     // A 64 MiB ext4: the 24 MiB sstable passes the free-space pre-check (--min-free-percent
     // 0); the disk then fills up under the receiver while Data.db arrives, as when a
     // compaction or another transfer takes the space after the check.
@@ -1498,7 +1240,7 @@ fn a_receiver_disk_filling_up_while_writing_is_insufficient_space_and_staging_cl
     std::fs::remove_file(fs.mount_point.join("filler")).unwrap();
     let s = send(recv.port, &[&data], &[tt[0], tt[1], tt[2]]);
     assert!(s.ok, "{}", s.stderr);
-    assert_eq!(json(&s)[0]["verdict"]["ok"], true);
+    assert_eq!(s.json()[0]["verdict"]["ok"], true);
     drop(recv);
 }
 
@@ -1528,10 +1270,8 @@ fn range_children_of_na_nb_oa_sstables_hold_the_parents_cqlite_rows_in_the_range
     // (6 of 64 KiB for na, 21 of 16 KiB for nb/oa), so its children carry parent chunk
     // runs as well as re-encoded boundary chunks.
     let rows = manifest(&shared);
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, targs) = token_args(tmp.path(), "tok");
-    let t: Vec<&str> = targs.iter().map(String::as_str).collect();
-    let recv = serve(&tmp.path().join("recv"), &t);
+    let pair = StreamPair::serve(&[]);
+    let tmp = &pair.dir;
     let mut compared = 0;
     for v in ["na", "nb", "oa"] {
         let r = rows
@@ -1544,18 +1284,17 @@ fn range_children_of_na_nb_oa_sstables_hold_the_parents_cqlite_rows_in_the_range
                     && r.table.ends_with(&format!("legacy_{v}_clust"))
             })
             .unwrap_or_else(|| panic!("no legacy_{v}_clust in the corpus"));
-        let data = copy_sstable(&r.data_db, &tmp.path().join(format!("src-{v}")));
+        let data = copy_sstable(
+            &r.data_db,
+            &tmp.path().join(format!("src-{v}")).join(KS_TABLE),
+        );
         let parent = cqlite_rows_of(r, std::slice::from_ref(&data));
         assert_eq!(parent.len(), 250, "{v}: the fixture's rows");
         // (l, r] in hex key bytes: one range inside the sstable, then two at its ends.
         for (i, (ranges, children)) in [("30:32", 1), ("2f:30,32:34", 2)].iter().enumerate() {
-            let s = send(
-                recv.port,
+            let s = pair.send(
                 &[&data],
                 &[
-                    t[0],
-                    t[1],
-                    t[2],
                     "--keyspace",
                     "ks",
                     "--table",
@@ -1567,7 +1306,7 @@ fn range_children_of_na_nb_oa_sstables_hold_the_parents_cqlite_rows_in_the_range
                 ],
             );
             assert!(s.ok, "{v} {ranges}: {}", s.stderr);
-            let sent = json(&s);
+            let sent = s.json();
             let sent = sent.as_array().unwrap();
             assert_eq!(sent.len(), *children, "{v} {ranges}: {sent:?}");
             let mut got_files = Vec::new();
@@ -1629,22 +1368,21 @@ fn range_children_follow_the_receiving_cassandra() {
     let Some(shared) = corpus_or_skip("stream target") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
+    // A strict receiver (the unknown Cassandra), then one for 4.1 beside it.
+    let pair = StreamPair::serve(&[]);
+    let (tmp, strict) = (&pair.dir, &pair.recv);
     let (_, data) = gen_table(tmp.path(), &["--size", "8MiB", "--compressible"]);
-    let (_, t) = token_args(tmp.path(), "tok");
-    let t: Vec<&str> = t.iter().map(String::as_str).collect();
     let ranges = "-3000000000000000000:4000000000000000000";
-    let strict = serve(&tmp.path().join("strict"), &t);
-    let mut args = t.clone();
-    args.extend([
+    let args = pair.args(&[
         "--ranges",
         ranges,
         "--target-cassandra",
         "4.1",
         "--retries",
         "0",
+        "--transfer-prefix",
+        "a",
     ]);
-    args.extend(["--transfer-prefix", "a"]);
     let s = send(strict.port, &[&data], &args);
     assert!(
         !s.ok,
@@ -1665,20 +1403,18 @@ fn range_children_follow_the_receiving_cassandra() {
     );
     let old = serve(
         &tmp.path().join("old"),
-        &[&t[..], &["--cassandra-version", "4.1"]].concat(),
+        &pair.args(&["--cassandra-version", "4.1"]),
     );
     let s = send(old.port, &[&data], &args);
     assert!(s.ok, "{}", s.stderr);
-    let v = json(&s);
+    let v = s.json();
     let d = PathBuf::from(v[0]["verdict"]["published"][0].as_str().unwrap());
     assert_ne!(
         sstcheck_json(&shared, &d)["first_position"],
         0,
         "4.1 keeps the dead prefix"
     );
-    let mut args = t.clone();
-    args.extend(["--transfer-prefix", "b"]);
-    let n = send_ranges_and_check(&shared, &strict, &args, &data, ranges, "b");
+    let n = send_ranges_and_check(&shared, &pair, &data, ranges, "b");
     assert!(n >= 1);
     for p in files_under(&strict.staging.join("ready")) {
         if p.to_string_lossy().ends_with("-Data.db") {

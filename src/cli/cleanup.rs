@@ -6,13 +6,12 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use cleave::split::cleanup::{self, CleanupOptions, CleanupReport, Verdict};
-use cleave::split::plan::Layout;
-use cleave::split::publish::Publish;
-use cleave::split::{ranges, DigestPolicy, Policy, SplitError};
+use cleave::split::plan::LayoutRequest;
+use cleave::split::{ranges, Policy, SplitError};
 use cleave::sstable::{Partitioner, SSTable};
 
 use super::failure::Failed;
-use super::split::{DataAccess, LayoutArg};
+use super::split::{DataAccess, DigestArg, LayoutArg, PublishArg};
 
 #[derive(clap::Args)]
 pub struct CleanupArgs {
@@ -26,7 +25,7 @@ pub struct CleanupArgs {
     /// and dropped sstables for the children. `stage`: children into `--out`, the table
     /// untouched.
     #[arg(long, value_enum, default_value = "replace")]
-    pub publish: Publish,
+    pub publish: PublishArg,
     /// Where `stage` writes (on the table's filesystem, not the table directory).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -42,7 +41,7 @@ pub struct CleanupArgs {
     /// on a cold cache pages in most of the children's Data.db (measured on two 64 MiB
     /// sstables: 46 MiB read, against 2 MiB without it; docs/cleanup.md).
     #[arg(long, value_enum, default_value = "off")]
-    pub digest: DigestPolicy,
+    pub digest: DigestArg,
     /// Owned runs touching fewer chunks than this merge into one regrid child per sstable.
     #[arg(long, default_value_t = 8)]
     pub merge_below_chunks: u64,
@@ -82,22 +81,17 @@ fn run_cleanup(a: &CleanupArgs) -> Result<CleanupReport, Failed> {
         .map_err(|e| Failed::invalid(&a.owned_ranges, format!("--owned-ranges: {e}")))?;
     let opts = CleanupOptions {
         policy: Policy {
-            layout: match a.layout {
-                LayoutArg::Auto => None,
-                LayoutArg::Aligned => Some(Layout::Aligned),
-                LayoutArg::Padded => Some(Layout::Padded),
-                LayoutArg::Copy => Some(Layout::Copy),
-                LayoutArg::Regrid => Some(Layout::Regrid),
-            },
+            layout: LayoutRequest::from(a.layout).layout(),
             allow_padded: a.target_data_access == DataAccess::Standard,
-            digest: a.digest,
+            digest: a.digest.into(),
             merge_below_chunks: a.merge_below_chunks,
             throttle: None,
             target: a.target_cassandra,
         },
-        publish: a.publish,
+        publish: a.publish.into(),
         out_dir: a.out.clone(),
         dry_run: a.dry_run,
+        gate: None,
     };
     Ok(cleanup::cleanup(&a.table_dir, &owned, &opts)?)
 }

@@ -86,6 +86,48 @@ pub struct RunArgs {
     /// Receiver port of a `spec.destination.service` that names none.
     #[arg(long = "stream-service-port", default_value_t = 7070)]
     pub stream_service_port: u16,
+    /// This node's management API (`http://localhost:8080` in a cass-operator pod, or
+    /// `https://…` with the mutual TLS of `managementApiAuth.manual`): needed by jobs with
+    /// `maintenance: ManagementApi`.
+    #[arg(long = "management-api", env = "CLEAVE_MANAGEMENT_API")]
+    pub management_api: Option<String>,
+    /// CA that signed the management API's server certificate (https only).
+    #[arg(long = "management-api-ca", requires = "management_api")]
+    pub management_api_ca: Option<PathBuf>,
+    /// Client certificate for the management API's mutual TLS (with --management-api-key).
+    #[arg(long = "management-api-cert", requires_all = ["management_api_ca", "management_api_key"])]
+    pub management_api_cert: Option<PathBuf>,
+    #[arg(long = "management-api-key", requires = "management_api_cert")]
+    pub management_api_key: Option<PathBuf>,
+    /// Seconds this node's Cassandra needs from `/lifecycle/start` to ready: reserved in
+    /// every window's `maxDowntimeSeconds`.
+    #[arg(long = "management-api-start-seconds", default_value_t = 120)]
+    pub management_api_start_seconds: u64,
+}
+
+/// `--management-api` and its TLS, as the windows' node API.
+fn node_api(a: &RunArgs) -> Result<Option<cleave::operator::window::NodeApi>> {
+    let Some(url) = &a.management_api else {
+        return Ok(None);
+    };
+    let tls = match &a.management_api_ca {
+        Some(ca) => {
+            let client = match (&a.management_api_cert, &a.management_api_key) {
+                (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+                _ => None,
+            };
+            Some(cleave::stream::tls::client_config(ca, client)?)
+        }
+        None => None,
+    };
+    let endpoint = cleave::mgmt::Endpoint::parse(url, tls)?;
+    Ok(Some(cleave::operator::window::NodeApi {
+        client: cleave::mgmt::Client::new(endpoint),
+        timing: cleave::operator::window::Timing {
+            start_allowance: Duration::from_secs(a.management_api_start_seconds),
+            ..Default::default()
+        },
+    }))
 }
 
 /// The sender side of the stream flags (docs/operator.md "Streaming").
@@ -191,6 +233,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             .await?;
         }
         let client_side = stream_client(&a)?;
+        let window = node_api(&a)?;
         let limits = NodeLimits {
             max_concurrent_jobs: a.max_concurrent_jobs as usize,
             min_free_percent: a.min_free_percent,
@@ -206,6 +249,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 );
                 ctx.limits = limits;
                 ctx.stream = client_side;
+                ctx.window = window;
                 let ctx = Arc::new(ctx);
                 let (s, stopped) = (ctx.shutdown.clone(), stop());
                 tokio::spawn(async move {
@@ -232,6 +276,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 );
                 ctx.limits = limits;
                 ctx.stream = client_side;
+                ctx.window = window;
                 controller::run(
                     client,
                     a.namespace.clone(),

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use cleave::reason::Reason;
-use cleave::split::plan::Layout;
+use cleave::split::plan::LayoutRequest;
 use cleave::split::publish::{self, Publish};
 use cleave::split::spec::{Cut, RepairSession, RepairedRanges};
 use cleave::split::{
@@ -15,6 +15,8 @@ use cleave::split::{intent, ranges};
 use cleave::sstable::table::{CheckLevel, CheckProgress};
 use cleave::sstable::{Component, SSTable};
 
+/// `--layout`: the CLI's lowercase spelling of the engine's `LayoutRequest` (the engine
+/// derives no clap traits; `From` maps).
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LayoutArg {
     Auto,
@@ -22,6 +24,63 @@ pub enum LayoutArg {
     Padded,
     Copy,
     Regrid,
+}
+
+impl From<LayoutArg> for LayoutRequest {
+    fn from(a: LayoutArg) -> LayoutRequest {
+        match a {
+            LayoutArg::Auto => LayoutRequest::Auto,
+            LayoutArg::Aligned => LayoutRequest::Aligned,
+            LayoutArg::Padded => LayoutRequest::Padded,
+            LayoutArg::Copy => LayoutRequest::Copy,
+            LayoutArg::Regrid => LayoutRequest::Regrid,
+        }
+    }
+}
+
+/// `--digest`: the CLI's spelling of `DigestPolicy`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DigestArg {
+    /// No Digest.crc32 (TOC omits it): fastest; `nodetool verify` then takes the extended
+    /// path, which rejects a dead prefix.
+    Off,
+    /// CRC32 of the child file derived from the chunk CRC trailers (reads 4 bytes a chunk).
+    Combine,
+    /// CRC32 of the child file read back in full.
+    Full,
+}
+
+impl From<DigestArg> for DigestPolicy {
+    fn from(a: DigestArg) -> DigestPolicy {
+        match a {
+            DigestArg::Off => DigestPolicy::Off,
+            DigestArg::Combine => DigestPolicy::Combine,
+            DigestArg::Full => DigestPolicy::Full,
+        }
+    }
+}
+
+/// `--publish`: the CLI's spelling of `Publish`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PublishArg {
+    /// Leave the children in `--out` for `nodetool import --keep-repaired`; the parent is
+    /// untouched.
+    Stage,
+    /// Children into the parent's table directory and the parent out, atomically.
+    Replace,
+    /// Children staged in the table's `.cleave-pending/<job-uid>/` with an intent,
+    /// published by `cleave apply-pending` before Cassandra's next start.
+    OnRestart,
+}
+
+impl From<PublishArg> for Publish {
+    fn from(a: PublishArg) -> Publish {
+        match a {
+            PublishArg::Stage => Publish::Stage,
+            PublishArg::Replace => Publish::Replace,
+            PublishArg::OnRestart => Publish::OnRestart,
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -76,13 +135,13 @@ pub struct SplitArgs {
     #[arg(long, default_value = "unknown", value_parser = clap::value_parser!(cleave::sstable::cassandra::TargetCassandra))]
     pub target_cassandra: cleave::sstable::cassandra::TargetCassandra,
     #[arg(long, value_enum, default_value = "off")]
-    pub digest: DigestPolicy,
+    pub digest: DigestArg,
     /// `stage`: children into `--out` for `nodetool import --keep-repaired`; `replace`:
     /// swapped in for the parent (Cassandra stopped); `on-restart`: staged in the table's
     /// `.cleave-pending/<job-uid>/` with an intent, published by `cleave apply-pending`
     /// before Cassandra's next start (`--out` is the table directory).
     #[arg(long, value_enum, default_value = "stage")]
-    pub publish: Publish,
+    pub publish: PublishArg,
     /// With `--publish on-restart`: the job's uid (letters, digits, '-', '_'); default a
     /// fresh UUID.
     #[arg(long)]
@@ -154,7 +213,7 @@ fn cut_from_args(a: &SplitArgs, t: &SSTable) -> Result<Cut> {
 pub use super::failure::Failed;
 
 pub fn run(a: SplitArgs) -> Result<ExitCode> {
-    if a.publish == Publish::OnRestart {
+    if a.publish == PublishArg::OnRestart {
         return match split_on_restart(&a) {
             Ok(r) => {
                 if a.json {
@@ -200,12 +259,12 @@ pub struct RewriteArgs {
     /// `replace` (the default; Cassandra must be stopped) swaps the rewritten sstable in
     /// for the original; `stage` writes it beside, for `nodetool import --keep-repaired`.
     #[arg(long, value_enum, default_value = "replace")]
-    pub publish: Publish,
+    pub publish: PublishArg,
     /// Where `stage` writes (default: the table directory).
     #[arg(long)]
     pub out: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "off")]
-    pub digest: DigestPolicy,
+    pub digest: DigestArg,
     /// Rewrite even when the first partition is already at position 0.
     #[arg(long)]
     pub force: bool,
@@ -266,15 +325,9 @@ pub fn rewrite(a: RewriteArgs) -> Result<ExitCode> {
 
 fn policy_of(a: &SplitArgs) -> Policy {
     Policy {
-        layout: match a.layout {
-            LayoutArg::Auto => None,
-            LayoutArg::Aligned => Some(Layout::Aligned),
-            LayoutArg::Padded => Some(Layout::Padded),
-            LayoutArg::Copy => Some(Layout::Copy),
-            LayoutArg::Regrid => Some(Layout::Regrid),
-        },
+        layout: LayoutRequest::from(a.layout).layout(),
         allow_padded: a.target_data_access == DataAccess::Standard,
-        digest: a.digest,
+        digest: a.digest.into(),
         merge_below_chunks: a.merge_below_chunks,
         throttle: None,
         target: a.target_cassandra,
@@ -295,7 +348,7 @@ fn split_on_restart(a: &SplitArgs) -> Result<intent::PendReport, Failed> {
         .unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string());
     let target = Target {
         out_dir: a.out.clone(),
-        publish: a.publish,
+        publish: Publish::OnRestart,
         dry_run: false,
     };
     let lock = engine::lock(&a.parent, &target).map_err(SplitError::from)?;
@@ -327,7 +380,7 @@ fn split_on_restart(a: &SplitArgs) -> Result<intent::PendReport, Failed> {
 fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
     let target = Target {
         out_dir: a.out.clone(),
-        publish: a.publish,
+        publish: a.publish.into(),
         dry_run: a.dry_run,
     };
     let lock = engine::lock(&a.parent, &target).map_err(SplitError::from)?;

@@ -142,11 +142,22 @@ pub struct SendArgs {
     pub ranges: Vec<String>,
 }
 
+/// `--import`: the CLI's spelling of the manifest's `Import`.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum ImportArg {
     None,
     Staging,
     Import,
+}
+
+impl From<ImportArg> for Import {
+    fn from(a: ImportArg) -> Import {
+        match a {
+            ImportArg::None => Import::None,
+            ImportArg::Staging => Import::Staging,
+            ImportArg::Import => Import::Import,
+        }
+    }
 }
 
 pub fn read_token(p: &Path) -> Result<String> {
@@ -366,11 +377,7 @@ async fn send_all(a: SendArgs) -> Result<ExitCode> {
             group: a.group.clone(),
             keyspace: ks.clone(),
             table: tb.clone(),
-            import: match a.import {
-                ImportArg::None => Import::None,
-                ImportArg::Staging => Import::Staging,
-                ImportArg::Import => Import::Import,
-            },
+            import: a.import.into(),
             source: p.file_name().map(|n| n.to_string_lossy().into_owned()),
             destination: a.destination_node.clone(),
         };

@@ -40,7 +40,7 @@ const TIMESTAMP_EPOCH: i64 = 1_442_880_000_000_000;
 pub const ROW_TIMESTAMP: i64 = 1_700_000_000_000_000;
 const POOL_LEN: usize = 8 << 20;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Content {
     /// Text-like values (LZ4 compresses them ~2-3×).
     Compressible,

@@ -20,7 +20,7 @@ use kube::{Client, Resource, ResourceExt};
 use tracing::{error, info, warn};
 
 use super::core::{self, Ctx, Kind, OperatorError, Store};
-use super::crd::{AnticompactionJob, JobStatus, RangeStream};
+use super::crd::{AnticompactionJob, CleanupJob, JobStatus, RangeStream};
 use super::status::{EventType, Note};
 
 pub const FINALIZER: &str = "cleave.dev/cleanup";
@@ -339,12 +339,13 @@ pub async fn run(
     };
     let cfg = controller::Config::default().concurrency(concurrency);
     let jobs = controller_for::<AnticompactionJob>(&client, &namespace, cfg.clone());
-    let streams = controller_for::<RangeStream>(&client, &namespace, cfg);
+    let streams = controller_for::<RangeStream>(&client, &namespace, cfg.clone());
+    let cleanups = controller_for::<CleanupJob>(&client, &namespace, cfg);
     // Ready once every watch has listed successfully (reflector stores are ready).
-    let (s1, s2) = (jobs.store(), streams.store());
+    let (s1, s2, s3) = (jobs.store(), streams.store(), cleanups.store());
     let metrics = ctx.metrics.clone();
     tokio::spawn(async move {
-        if store_ready(&s1).await && store_ready(&s2).await {
+        if store_ready(&s1).await && store_ready(&s2).await && store_ready(&s3).await {
             info!("every CRD listed: ready");
             metrics.ready.store(true, Ordering::Relaxed);
         }
@@ -353,6 +354,7 @@ pub async fn run(
         futures::join!(
             drive(jobs, ctx.clone(), stopped(rx.clone())),
             drive(streams, ctx.clone(), stopped(rx.clone())),
+            drive(cleanups, ctx.clone(), stopped(rx.clone())),
         )
     };
     let grace = async {

@@ -11,51 +11,29 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::sstable::Partitioner;
 
-/// `(start, end]`, tokens as decimal strings (Murmur3, Random) or hex (ByteOrdered).
-// No catch-all for unknown fields here: both fields are required, so a misspelt one is
-// refused as missing, and nothing optional can be misspelt.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-pub struct TokenRange {
-    /// Exclusive start token: decimal for Murmur3 (signed 64-bit) and Random (0..2^127, or
-    /// -1, its minimum), an even number of hex digits for ByteOrdered (`spec.partitioner`).
-    #[schemars(regex(pattern = TOKEN_ANY))]
-    pub start: String,
-    /// Inclusive end token, in the same notation.
-    #[schemars(regex(pattern = TOKEN_ANY))]
-    pub end: String,
-}
+/// `(start, end]` as written (the engine's `RangeSpec`, one type from the CRD to the
+/// ranges file of `cleave split --ranges`).
+pub use crate::split::ranges::{RangeSpec as TokenRange, TOKEN_ANY};
 
-/// Child Data.db layout (docs/split.md).
+// One type per concept from the CRD to the engine: the engine's own, with the CRD's
+// serialized names (PascalCase, as Kubernetes enums are).
+pub use crate::split::plan::{DigestPolicy, LayoutRequest};
+pub use crate::split::publish::Publish;
+
+/// How a `Replace` gets its stopped Cassandra.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum Layout {
+pub enum Maintenance {
+    /// Whoever runs the node stops Cassandra before the job (default); cleave refuses
+    /// (CassandraRunning) while a process holds the table.
     #[default]
-    Auto,
-    Aligned,
-    Padded,
-    Copy,
-    Regrid,
+    None,
+    /// cleave opens a bounded window itself through the management API (sidecar flag
+    /// `--management-api`): cluster probe, flush, drain, stop, Replace, start, ready
+    /// (docs/operator.md "Maintenance window").
+    ManagementApi,
 }
 
-/// How each child's `Digest.crc32` is made.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum Digest {
-    #[default]
-    Off,
-    Combine,
-    Full,
-}
-
-/// Where the children go once checked.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum Publish {
-    /// Children next to the parent in a staging area for `nodetool import --keep-repaired`; parent kept.
-    #[default]
-    Stage,
-    /// Children replace the parent atomically (the node's Cassandra must be stopped).
-    Replace,
-}
-
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "cleave.dev",
     version = "v1alpha1",
@@ -124,16 +102,26 @@ pub struct AnticompactionJobSpec {
     /// `Padded` only for readers without data mmap, `Copy` copies, `Regrid` rewrites the
     /// chunk grid (no dead prefix), `Auto` (default) picks per child.
     #[serde(default)]
-    pub layout: Layout,
+    pub layout: LayoutRequest,
     /// `Digest.crc32` of each child: `Off` (default; none), `Combine` (derived from the
     /// per-chunk CRCs), `Full` (reads the child).
     #[serde(default)]
-    pub digest: Digest,
+    pub digest: DigestPolicy,
     /// `Stage` (default): children in `<table>/cleave-staged/<job>/`, parents kept, for
     /// `nodetool import --keep-repaired`. `Replace`: children replace their parents atomically (Cassandra
     /// stopped).
     #[serde(default)]
     pub publish: Publish,
+    /// With `publish: Replace`: `ManagementApi` stops and starts Cassandra around the
+    /// Replace through the node's management API; `None` (default) needs it stopped.
+    #[serde(default)]
+    pub maintenance: Maintenance,
+    /// The longest Cassandra may stay down in a `ManagementApi` window, from the stop to
+    /// ready again (seconds, default 300). At most 540: cass-operator deletes a pod that
+    /// has not been ready for 10 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 30, max = 540))]
+    pub max_downtime_seconds: Option<u32>,
     /// Plan only: status gets the per-parent plan and phase `Planned`; nothing is written.
     #[serde(default)]
     pub dry_run: bool,
@@ -165,6 +153,93 @@ pub struct AnticompactionJobSpec {
     pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
+/// Where a CleanupJob learns the ranges its node owns.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Ownership {
+    /// `spec.ownedRanges` (default).
+    #[default]
+    Ranges,
+    /// The node's management API (sidecar `--management-api`): the ranges whose replicas
+    /// include this node, read before the cleanup and again just before publishing; a ring
+    /// with a joining, leaving or moving node is refused (RingChanging). Murmur3 only.
+    ManagementApi,
+}
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "cleave.dev",
+    version = "v1alpha1",
+    kind = "CleanupJob",
+    namespaced,
+    status = "JobStatus",
+    shortname = "clj",
+    doc = "Drop the token ranges a node no longer owns from its sstables without rewriting rows, what `nodetool cleanup` does after a scale-up: sstables wholly owned are kept, wholly unowned dropped, the others replaced by children holding only their owned partitions (shared chunks). Executed by the cleave sidecar of spec.nodeName.",
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress.summary"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.reason"}"#,
+    printcolumn = r#"{"name":"Started","type":"date","jsonPath":".status.startTime"}"#,
+    printcolumn = r#"{"name":"Completed","type":"date","jsonPath":".status.completionTime"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+/// The desired cleanup: which node and tables, the ranges it keeps, and how to publish.
+#[serde(rename_all = "camelCase")]
+pub struct CleanupJobSpec {
+    /// The node whose cleave executes the job (as AnticompactionJob's). Label the job
+    /// `cleave.dev/node` with the same value.
+    #[schemars(length(min = 1))]
+    pub node_name: String,
+    /// Cassandra data directory on that node (default: the sidecar's `--data-dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_directory: Option<String>,
+    /// Keyspace whose tables are cleaned up.
+    #[schemars(length(min = 1), regex(pattern = NAME))]
+    pub keyspace: String,
+    /// Tables to clean up; empty = every table of the keyspace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1), regex(pattern = NAME)))]
+    pub tables: Vec<String>,
+    /// The ranges this node owns, `(start, end]`, not overlapping. Exactly one of this and
+    /// `ownership: ManagementApi`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owned_ranges: Vec<TokenRange>,
+    /// `Ranges` (default): `ownedRanges`. `ManagementApi`: from the node's ring.
+    #[serde(default)]
+    pub ownership: Ownership,
+    /// The partitioner of the cluster (`Murmur3`, `Random`, `ByteOrdered`; default
+    /// `Murmur3`), as AnticompactionJob's.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "partitioner_field::deserialize"
+    )]
+    #[schemars(schema_with = "partitioner_field::schema")]
+    pub partitioner: Option<Partitioner>,
+    /// `Stage` (default): children of the split sstables in `<table>/cleave-staged/<job>/`,
+    /// nothing dropped, for `nodetool import --keep-repaired`. `Replace`: one crash-atomic
+    /// transaction per table (Cassandra stopped).
+    #[serde(default)]
+    pub publish: Publish,
+    /// Plan only: status gets the per-sstable verdicts and phase `Planned`.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Throttle for copied and re-encoded bytes (bytes/s, at least 1). Unset: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_bytes_per_second: Option<u64>,
+    /// Delete the job this many seconds after it finished. Unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ttl_seconds_after_finished: Option<i64>,
+    /// The Cassandra release that will read the children, as AnticompactionJob's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_cassandra: Option<String>,
+    /// Fields the schema does not know, kept to be refused (see `AnticompactionJobSpec::unknown`).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
 /// Where a RangeStream's children go: a receiving cleave, by address or by Service.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -189,17 +264,8 @@ pub struct Destination {
     pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
-/// What the receiver does with the checked children.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum Import {
-    /// Leave received sstables in the receiver's staging directory.
-    #[default]
-    None,
-    /// Place them in the table's staging directory for an operator's `nodetool import --keep-repaired`.
-    Staging,
-    /// Import them into the live table.
-    Import,
-}
+/// What the receiver does with the checked children (the manifest's own type).
+pub use crate::stream::manifest::Import;
 
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -250,14 +316,15 @@ pub struct RangeStreamSpec {
     pub partitioner: Option<Partitioner>,
     /// Child Data.db layout, as AnticompactionJob.spec.layout (default `Auto`).
     #[serde(default)]
-    pub layout: Layout,
+    pub layout: LayoutRequest,
     /// Throttle on bytes sent (bytes/s, at least 1). Unset: unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_bytes_per_second: Option<u64>,
     /// What the receiver does with the checked children: `None` (default; receiver
     /// staging), `Staging` (the table's staging directory), `Import` (runs its
-    /// `--stream-import-command`).
+    /// `--stream-import-command`, which must keep the repair state:
+    /// `nodetool import --keep-repaired`).
     #[serde(default)]
     pub import: Import,
     /// The Cassandra release that will read the children (`4.1`, `5.0.5`, ...). Unset:
@@ -337,6 +404,20 @@ pub struct SSTableResult {
     pub bytes_reencoded: u64,
     /// Partitions of this parent.
     pub partitions: u64,
+    /// CleanupJob only: what became of the sstable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<CleanupVerdict>,
+}
+
+/// What a cleanup did with one sstable.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum CleanupVerdict {
+    /// Wholly inside the owned ranges: the same file.
+    Kept,
+    /// Wholly outside: removed.
+    Dropped,
+    /// Across a boundary: replaced by children holding its owned partitions.
+    Split,
 }
 
 /// Who is executing the job: a worker that stops heartbeating loses it.
@@ -388,6 +469,46 @@ pub struct JobStatus {
     /// RangeStream only: bytes, throughput and the receiver's verdict per child.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamStatus>,
+    /// `maintenance: ManagementApi` only: the window's last step, so that a sidecar that
+    /// restarts in the middle knows Cassandra is down and starts it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowStatus>,
+}
+
+/// The steps of a maintenance window, in order.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum WindowStep {
+    /// The cluster probe passed and the tables were flushed; Cassandra still runs.
+    Flushed,
+    /// `nodetool drain` done: no more writes, memtables on disk.
+    Drained,
+    /// `/lifecycle/stop` answered, the pid endpoint says no Cassandra: the Replace may run.
+    Stopped,
+    /// Every parent is replaced (or the Replace failed: see the job's reason).
+    Replaced,
+    /// `/lifecycle/start` answered; waiting for readiness.
+    Started,
+    /// The readiness probe is 200 again: the window is closed.
+    Ready,
+}
+
+/// Where a maintenance window stands.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowStatus {
+    /// The last step done.
+    pub step: WindowStep,
+    /// When Cassandra was asked to stop (seconds since the epoch); the downtime budget
+    /// counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<i64>,
+    /// When the readiness probe answered 200 again (seconds since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<i64>,
+    /// The downtime budget of this window (seconds).
+    pub max_downtime_seconds: u32,
 }
 
 /// A RangeStream's transfer, as its source node's sidecar reports it.
@@ -474,9 +595,6 @@ pub struct StreamChildResult {
 // generated CRD by `admission_rules`, after kube's structural rewrite (which would hoist the
 // properties of an `anyOf`/`oneOf` into the object).
 
-/// Any token of any partitioner (the per-family rules are in `admission_rules`), so that a
-/// word such as `abc` is refused with a message naming the field.
-pub const TOKEN_ANY: &str = "^(-?[0-9]+|([0-9a-fA-F]{2})*)$";
 /// `Murmur3Partitioner`: a signed 64-bit decimal (`LongToken`).
 pub const TOKEN_MURMUR3: &str = "^-?[0-9]{1,19}$";
 /// `RandomPartitioner`: a decimal 0..=2^127 (`BigIntegerToken`), or -1, its minimum.
@@ -592,6 +710,52 @@ impl AnticompactionJobSpec {
     }
 }
 
+impl CleanupJobSpec {
+    /// As [`AnticompactionJobSpec::unknown_fields_explained`].
+    pub fn unknown_fields_explained(&self) -> Vec<UnknownField> {
+        describe_unknown::<CleanupJobSpec>("spec", &self.unknown)
+    }
+
+    /// As [`AnticompactionJobSpec::partitioner`].
+    pub fn partitioner(&self) -> Partitioner {
+        self.partitioner.unwrap_or(Partitioner::Murmur3)
+    }
+}
+
+#[cfg(test)]
+impl AnticompactionJobSpec {
+    /// The operator's unit tests' spec: node `n1`, keyspace `ks`, range (0, 100], repaired
+    /// at 2023-11-14, every option at its default; each test changes what it is about.
+    pub(crate) fn for_tests() -> AnticompactionJobSpec {
+        AnticompactionJobSpec {
+            node_name: "n1".into(),
+            data_directory: None,
+            keyspace: "ks".into(),
+            tables: vec![],
+            sstables: vec![],
+            ranges: vec![TokenRange {
+                start: "0".into(),
+                end: "100".into(),
+            }],
+            transient_ranges: vec![],
+            repaired_at: Some(1_700_000_000_000),
+            pending_repair: None,
+            layout: Default::default(),
+            digest: Default::default(),
+            publish: Default::default(),
+            dry_run: false,
+            maintenance: Default::default(),
+            max_downtime_seconds: None,
+            max_bytes_per_second: None,
+            parallelism: None,
+            ttl_seconds_after_finished: None,
+            target_cassandra: None,
+            partitioner: None,
+            unknown: Default::default(),
+        }
+    }
+}
+
 impl RangeStreamSpec {
     /// The paths of the fields the schema does not know (`spec.dryrun`,
     /// `spec.destination.nodname`), sorted within each object.
@@ -665,6 +829,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 enum Kind {
     Job,
     Stream,
+    Cleanup,
 }
 
 /// The schema rules across fields, and what makes the generated schema one a 1.20
@@ -698,6 +863,7 @@ fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
     let doc = match kind {
         Kind::Job => type_description::<AnticompactionJobSpec>(),
         Kind::Stream => type_description::<RangeStreamSpec>(),
+        Kind::Cleanup => type_description::<CleanupJobSpec>(),
     };
     if spec.get("description").is_none() {
         if let Some(d) = doc {
@@ -707,6 +873,7 @@ fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
     let token_lists: &[&str] = match kind {
         Kind::Job => &["ranges", "transientRanges"],
         Kind::Stream => &["ranges"],
+        Kind::Cleanup => &["ownedRanges"],
     };
     let tokens = |pattern: &str| {
         let range = json!({"items": {"properties": {
@@ -757,6 +924,19 @@ fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
                 {"required": ["service"], "properties": {"endpoint": {"not": {}}}},
             ]);
         }
+        Kind::Cleanup => {
+            // Exactly one source of ownership: explicit ranges, or the management API.
+            spec["oneOf"] = json!([
+                {"required": ["ownedRanges"], "properties": {
+                    "ownedRanges": {"minItems": 1},
+                    "ownership": {"enum": ["Ranges"]},
+                }},
+                {"required": ["ownership"], "properties": {
+                    "ownership": {"enum": ["ManagementApi"]},
+                    "ownedRanges": {"maxItems": 0},
+                }},
+            ]);
+        }
     }
 }
 
@@ -789,6 +969,7 @@ pub fn crds() -> Result<Vec<serde_json::Value>, serde_json::Error> {
     [
         (Kind::Job, AnticompactionJob::crd()),
         (Kind::Stream, RangeStream::crd()),
+        (Kind::Cleanup, CleanupJob::crd()),
     ]
     .into_iter()
     .map(|(kind, crd)| {
@@ -891,7 +1072,7 @@ mod tests {
     #[test]
     fn the_crds_describe_every_field_and_keep_unknown_spec_fields() {
         let crds = crds().unwrap();
-        assert_eq!(crds.len(), 2);
+        assert_eq!(crds.len(), 3);
         for crd in &crds {
             let v = &crd["spec"]["versions"][0];
             let schema = &v["schema"]["openAPIV3Schema"];
@@ -903,7 +1084,9 @@ mod tests {
             assert!(!text.contains("\"default\""), "no defaults");
             let spec = &schema["properties"]["spec"];
             assert_eq!(spec["x-kubernetes-preserve-unknown-fields"], json!(true));
-            assert_eq!(spec["properties"]["ranges"]["minItems"], json!(1));
+            if crd["spec"]["names"]["kind"] != "CleanupJob" {
+                assert_eq!(spec["properties"]["ranges"]["minItems"], json!(1));
+            }
             let columns: Vec<&str> = v["additionalPrinterColumns"]
                 .as_array()
                 .unwrap()

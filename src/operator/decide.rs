@@ -87,6 +87,7 @@ pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), Failure> {
         (None, Some(u)) if uuid::Uuid::parse_str(u).is_err() => return bad(Reason::InvalidRepairMetadata, format!("spec.pendingRepair {u:?} is not a UUID")),
         _ => {}
     }
+    check_publish(spec.publish)?;
     if spec.parallelism == Some(0) {
         return bad(
             Reason::InvalidSpec,
@@ -104,25 +105,45 @@ pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `publish: OnRestart` is the CLI's (`cleave split --publish on-restart`, then `cleave
+/// apply-pending` in an init container) until the operator records intents and reads
+/// their outcomes; a job asking for it is refused before anything is written.
+pub fn check_publish(p: crate::split::publish::Publish) -> Result<(), Failure> {
+    if p == crate::split::publish::Publish::OnRestart {
+        return Err(Failure::new(
+            Reason::InvalidSpec,
+            "spec.publish: OnRestart is not handled by the operator yet: use Stage (then `nodetool import --keep-repaired`) or Replace, or `cleave split --publish on-restart` on the node (docs/split.md \"Publish on restart\")",
+        ));
+    }
+    Ok(())
+}
+
+/// `spec.<what>` as the engine's ranges in partitioner `p`; a token that does not parse is
+/// `InvalidRange` naming `spec.<what>[i].start|end`.
+pub fn parse_token_ranges(
+    what: &str,
+    rs: &[super::crd::TokenRange],
+    p: Partitioner,
+) -> Result<Vec<TokenRange>, Failure> {
+    rs.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let l = p.parse_token(&r.start).map_err(|e| {
+                Failure::new(Reason::InvalidRange, format!("spec.{what}[{i}].start: {e}"))
+            })?;
+            let h = p.parse_token(&r.end).map_err(|e| {
+                Failure::new(Reason::InvalidRange, format!("spec.{what}[{i}].end: {e}"))
+            })?;
+            Ok(TokenRange::new(l, h))
+        })
+        .collect()
+}
+
 /// The ranges as the split engine takes them, for the sstables' partitioner.
 pub fn validate_ranges(
     spec: &AnticompactionJobSpec,
     p: Partitioner,
 ) -> Result<RepairedRanges, Failure> {
-    let conv = |what: &str, rs: &[super::crd::TokenRange]| -> Result<Vec<TokenRange>, Failure> {
-        rs.iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let l = p.parse_token(&r.start).map_err(|e| {
-                    Failure::new(Reason::InvalidRange, format!("spec.{what}[{i}].start: {e}"))
-                })?;
-                let h = p.parse_token(&r.end).map_err(|e| {
-                    Failure::new(Reason::InvalidRange, format!("spec.{what}[{i}].end: {e}"))
-                })?;
-                Ok(TokenRange::new(l, h))
-            })
-            .collect()
-    };
     let session = match (&spec.repaired_at, &spec.pending_repair) {
         (Some(ms), _) => RepairSession::RepairedAt(*ms),
         (None, Some(u)) => RepairSession::Pending(
@@ -138,8 +159,8 @@ pub fn validate_ranges(
         }
     };
     let r = RepairedRanges {
-        full: conv("ranges", &spec.ranges)?,
-        transient: conv("transientRanges", &spec.transient_ranges)?,
+        full: parse_token_ranges("ranges", &spec.ranges, p)?,
+        transient: parse_token_ranges("transientRanges", &spec.transient_ranges, p)?,
         session,
     };
     r.validate(p)
@@ -289,15 +310,12 @@ impl TableClaim {
 /// was routed to this sidecar by mistake (it would never reach the named node's).
 pub fn check_node_label(
     labels: &std::collections::BTreeMap<String, String>,
-    spec: &AnticompactionJobSpec,
+    node_name: &str,
 ) -> Result<(), Failure> {
     match labels.get(NODE_LABEL) {
-        Some(l) if *l != spec.node_name => Err(Failure::new(
+        Some(l) if *l != node_name => Err(Failure::new(
             Reason::InvalidSpec,
-            format!(
-                "label {NODE_LABEL}={l} does not match spec.nodeName {:?}",
-                spec.node_name
-            ),
+            format!("label {NODE_LABEL}={l} does not match spec.nodeName {node_name:?}"),
         )),
         _ => Ok(()),
     }
@@ -371,7 +389,8 @@ pub fn check_schema_rules_stream(spec: &RangeStreamSpec) -> Result<(), String> {
     Ok(())
 }
 
-fn check_rate(max_bytes_per_second: Option<u64>) -> Result<(), String> {
+/// `maxBytesPerSecond: 0` refused (it would throttle to nothing; unset is unlimited).
+pub fn check_rate(max_bytes_per_second: Option<u64>) -> Result<(), String> {
     match max_bytes_per_second {
         Some(0) => Err(
             "spec.maxBytesPerSecond is 0: it must be at least 1 (leave it unset for no limit)"
@@ -387,30 +406,7 @@ mod tests {
     use super::*;
 
     fn spec() -> AnticompactionJobSpec {
-        AnticompactionJobSpec {
-            node_name: "n1".into(),
-            data_directory: None,
-            keyspace: "ks".into(),
-            tables: vec![],
-            sstables: vec![],
-            ranges: vec![R {
-                start: "0".into(),
-                end: "100".into(),
-            }],
-            transient_ranges: vec![],
-            repaired_at: Some(1_700_000_000_000),
-            pending_repair: None,
-            layout: Default::default(),
-            digest: Default::default(),
-            publish: Default::default(),
-            dry_run: false,
-            max_bytes_per_second: None,
-            parallelism: None,
-            ttl_seconds_after_finished: None,
-            target_cassandra: None,
-            partitioner: None,
-            unknown: Default::default(),
-        }
+        AnticompactionJobSpec::for_tests()
     }
 
     fn job(
@@ -541,13 +537,13 @@ mod tests {
     fn the_node_label_must_match_the_node_name() {
         let mut l = std::collections::BTreeMap::new();
         assert!(
-            check_node_label(&l, &spec()).is_ok(),
+            check_node_label(&l, &spec().node_name).is_ok(),
             "no label: the client-side filter decides"
         );
         l.insert(NODE_LABEL.to_string(), "n1".to_string());
-        assert!(check_node_label(&l, &spec()).is_ok());
+        assert!(check_node_label(&l, &spec().node_name).is_ok());
         l.insert(NODE_LABEL.to_string(), "n2".to_string());
-        assert!(check_node_label(&l, &spec()).is_err());
+        assert!(check_node_label(&l, &spec().node_name).is_err());
     }
 
     #[test]

@@ -7,16 +7,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::crd::{self, AnticompactionJobSpec, JobStatus, SSTableResult};
+use super::crd::{AnticompactionJobSpec, JobStatus, SSTableResult};
 use super::decide;
 use crate::io::throttle::TokenBucket;
 use crate::reason::Reason;
-use crate::split::plan::Layout;
+use crate::split::plan::LayoutRequest;
 use crate::split::publish::{self, Publish};
 use crate::split::spec::Cut;
-use crate::split::{
-    self, DigestPolicy, Parent, Policy, PublishError, SplitError, SplitReport, Target,
-};
+use crate::split::{self, Parent, Policy, PublishError, SplitError, SplitReport, Target};
 use crate::sstable::statistics::Statistics;
 use crate::sstable::{Component, Descriptor, Format};
 
@@ -333,18 +331,12 @@ fn split_one(
     throttle: Option<&Arc<TokenBucket>>,
     node_cassandra: TargetCassandra,
 ) -> Result<(SSTableResult, SplitReport), Failure> {
-    let layout = match spec.layout {
-        crd::Layout::Auto => None,
-        crd::Layout::Aligned => Some(Layout::Aligned),
-        crd::Layout::Padded => Some(Layout::Padded),
-        crd::Layout::Copy => Some(Layout::Copy),
-        crd::Layout::Regrid => Some(Layout::Regrid),
-    };
     let table_dir = parent.parent().map(Path::to_path_buf).unwrap_or_default();
     let out_dir = match spec.publish {
         _ if spec.dry_run => table_dir.clone(),
-        crd::Publish::Replace => table_dir.clone(),
-        crd::Publish::Stage => table_dir.join(STAGED_DIR).join(job_name),
+        // OnRestart is refused by validate_spec.
+        Publish::Replace | Publish::OnRestart => table_dir.clone(),
+        Publish::Stage => table_dir.join(STAGED_DIR).join(job_name),
     };
     // --out must exist to be locked; a job refused before writing removes what it created.
     let created = !out_dir.exists();
@@ -357,23 +349,16 @@ fn split_one(
         f
     };
     let policy = Policy {
-        layout,
-        allow_padded: spec.layout == crd::Layout::Padded,
-        digest: match spec.digest {
-            crd::Digest::Off => DigestPolicy::Off,
-            crd::Digest::Combine => DigestPolicy::Combine,
-            crd::Digest::Full => DigestPolicy::Full,
-        },
+        layout: spec.layout.layout(),
+        allow_padded: spec.layout == LayoutRequest::Padded,
+        digest: spec.digest,
         merge_below_chunks: 8,
         throttle: throttle.cloned(),
         target: target_cassandra(spec.target_cassandra.as_deref(), node_cassandra)?,
     };
     let target = Target {
         out_dir,
-        publish: match spec.publish {
-            crd::Publish::Stage => Publish::Stage,
-            crd::Publish::Replace => Publish::Replace,
-        },
+        publish: spec.publish,
         dry_run: spec.dry_run,
     };
     // Locked before the parent is opened, held until its children are published.
@@ -409,8 +394,30 @@ fn split_one(
         bytes_copied: report.bytes_copied,
         bytes_reencoded: report.bytes_reencoded,
         partitions: report.check.parent.count,
+        verdict: None,
     };
     Ok((result, report))
+}
+
+/// The parents of `parents` that `status` has no result for.
+fn not_done(parents: &[PathBuf], status: &JobStatus) -> Vec<PathBuf> {
+    parents
+        .iter()
+        .filter(|p| {
+            let p = p.to_string_lossy();
+            !status.results.iter().any(|r| r.parent == p)
+        })
+        .cloned()
+        .collect()
+}
+
+/// The parents a run would still split (none: a resumed job that only has to finish).
+pub fn pending_parents(
+    dirs: &[PathBuf],
+    spec: &AnticompactionJobSpec,
+    status: &JobStatus,
+) -> Result<Vec<PathBuf>, Failure> {
+    Ok(not_done(&find_sstables(dirs, spec)?, status))
 }
 
 /// How a run went, beyond its outcome (tests and logs).
@@ -424,20 +431,8 @@ pub struct RunStats {
 /// carries the results of an earlier, interrupted run: those parents are skipped. Before
 /// the first split: the space pre-flight and, for `Replace`, the process-visibility check.
 /// Up to `spec.parallelism` parents are split at once, sharing one `maxBytesPerSecond`
-/// bucket.
+/// bucket. With the outcome, how the run went (`RunStats`).
 pub fn run(
-    spec: &AnticompactionJobSpec,
-    job_name: &str,
-    data_dir: &Path,
-    status: &mut JobStatus,
-    cancel: &Arc<AtomicBool>,
-    limits: &NodeLimits,
-    on_step: &mut dyn FnMut(Step<'_>, &JobStatus),
-) -> Result<Outcome, Failure> {
-    run_with_stats(spec, job_name, data_dir, status, cancel, limits, on_step).map(|(o, _)| o)
-}
-
-pub fn run_with_stats(
     spec: &AnticompactionJobSpec,
     job_name: &str,
     data_dir: &Path,
@@ -448,23 +443,19 @@ pub fn run_with_stats(
 ) -> Result<(Outcome, RunStats), Failure> {
     let dirs = table_dirs(data_dir, spec)?;
     recover_leftovers(&dirs, job_name)?;
-    if spec.publish == crd::Publish::Stage && !spec.dry_run {
+    if spec.publish == Publish::Stage && !spec.dry_run {
         remove_unrecorded_children(&dirs, job_name, status)?;
     }
     let parents = find_sstables(&dirs, spec)?;
     let done: Vec<String> = status.results.iter().map(|r| r.parent.clone()).collect();
-    let todo: Vec<PathBuf> = parents
-        .iter()
-        .filter(|p| !done.contains(&p.to_string_lossy().to_string()))
-        .cloned()
-        .collect();
+    let todo = not_done(&parents, status);
     let bytes: u64 = parents
         .iter()
         .filter_map(|p| std::fs::metadata(p).ok())
         .map(|m| m.len())
         .sum();
     if !spec.dry_run {
-        if spec.publish == crd::Publish::Replace {
+        if spec.publish == Publish::Replace {
             check_replace(&dirs)?;
         }
         for d in &dirs {
@@ -614,6 +605,7 @@ mod tests {
                 bytes_copied: 0,
                 bytes_reencoded: 0,
                 partitions: 1,
+                verdict: None,
             }],
             ..Default::default()
         };

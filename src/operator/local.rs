@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use tracing::{error, info, warn};
 
 use super::core::{self, Ctx, Kind, OperatorError, Store};
-use super::crd::{AnticompactionJob, JobStatus, RangeStream};
+use super::crd::{AnticompactionJob, CleanupJob, JobStatus, RangeStream};
 use super::status::Note;
 
 pub struct LocalStore {
@@ -178,7 +178,9 @@ async fn pass_kind<K: Kind>(ctx: &Arc<Ctx<LocalStore>>) -> Result<usize, Operato
 
 /// One pass over the directory; returns how many of this node's resources are not finished.
 pub async fn pass(ctx: &Arc<Ctx<LocalStore>>) -> Result<usize, OperatorError> {
-    Ok(pass_kind::<AnticompactionJob>(ctx).await? + pass_kind::<RangeStream>(ctx).await?)
+    Ok(pass_kind::<AnticompactionJob>(ctx).await?
+        + pass_kind::<RangeStream>(ctx).await?
+        + pass_kind::<CleanupJob>(ctx).await?)
 }
 
 /// Runs passes every `interval` until shutdown, or (with `once`) until every job of this

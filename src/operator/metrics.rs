@@ -22,6 +22,10 @@ pub struct Metrics {
     /// Children that did not get the requested layout, by reason label.
     pub fallbacks: IntCounterVec,
     pub sstables: IntCounterVec,
+    /// CleanupJob: sstables by verdict (`kept`, `dropped`, `split`).
+    pub cleanup_sstables: IntCounterVec,
+    /// CleanupJob: apparent bytes removed (`Replace`), as `CleanupReport::bytes_reclaimed`.
+    pub cleanup_reclaimed: prometheus::IntCounter,
     /// Wall time of a job's execution on this sidecar, by how it ended (apart from the
     /// reconcile histogram, which never includes a job's run).
     pub job_duration: HistogramVec,
@@ -97,6 +101,17 @@ impl Metrics {
         let sstables = IntCounterVec::new(
             Opts::new("cleave_sstables_total", "Parent sstables processed"),
             &["kind", "result"],
+        )?;
+        let cleanup_sstables = IntCounterVec::new(
+            Opts::new(
+                "cleave_cleanup_sstables_total",
+                "SSTables a CleanupJob kept, dropped or split",
+            ),
+            &["verdict"],
+        )?;
+        let cleanup_reclaimed = prometheus::IntCounter::new(
+            "cleave_cleanup_bytes_reclaimed_total",
+            "Bytes of sstables a CleanupJob removed, minus those of their children",
         )?;
         let job_duration = HistogramVec::new(
             HistogramOpts::new(
@@ -187,6 +202,8 @@ impl Metrics {
         registry.register(Box::new(partitions.clone()))?;
         registry.register(Box::new(progress.clone()))?;
         registry.register(Box::new(fallbacks.clone()))?;
+        registry.register(Box::new(cleanup_sstables.clone()))?;
+        registry.register(Box::new(cleanup_reclaimed.clone()))?;
         registry.register(Box::new(sstables.clone()))?;
         Ok(Arc::new(Metrics {
             registry,
@@ -197,6 +214,8 @@ impl Metrics {
             partitions,
             progress,
             fallbacks,
+            cleanup_sstables,
+            cleanup_reclaimed,
             sstables,
             job_duration,
             failures,

@@ -4,6 +4,7 @@
 //! HTTP endpoints.
 
 pub mod anticompaction;
+pub mod cleanup;
 pub mod controller;
 pub mod core;
 pub mod crd;
@@ -14,3 +15,4 @@ pub mod metrics;
 pub mod status;
 pub mod stream;
 pub mod validate_cli;
+pub mod window;

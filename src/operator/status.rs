@@ -18,7 +18,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::crd::{Condition, JobStatus, Progress, SSTableResult, StreamStatus, Worker};
+use super::crd::{
+    Condition, JobStatus, Progress, SSTableResult, StreamStatus, WindowStatus, WindowStep, Worker,
+};
 use crate::reason::{Milestone, Reason, Why};
 
 /// `status.phase`: Pending → Running → Complete, Failed, or Planned (a dry run).
@@ -96,6 +98,12 @@ pub enum Event<'a> {
     },
     /// A retried child went through: `Retrying` turns False.
     Recovered { identity: &'a str },
+    /// A maintenance window reached a step (the window owns `window`): an Event when
+    /// Cassandra is stopped and when it is ready again.
+    Window {
+        identity: &'a str,
+        window: &'a WindowStatus,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,6 +280,31 @@ pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64
         Event::Heartbeat { identity } => {
             st.worker = worker(identity, &t);
             None
+        }
+        Event::Window { identity, window } => {
+            let before = st.window.as_ref().map(|w| w.step);
+            st.window = Some(window.clone());
+            st.worker = worker(identity, &t);
+            match window.step {
+                _ if before == Some(window.step) => None,
+                WindowStep::Stopped => Note::new(
+                    EventType::Normal,
+                    Milestone::WindowOpened,
+                    &format!(
+                        "stopping Cassandra through the management API for the Replace; it must be ready again within {} s",
+                        window.max_downtime_seconds
+                    ),
+                ),
+                WindowStep::Ready => Note::new(
+                    EventType::Normal,
+                    Milestone::WindowClosed,
+                    &format!(
+                        "Cassandra is ready again after {} s down",
+                        window.ready_at.unwrap_or(now) - window.stopped_at.unwrap_or(now)
+                    ),
+                ),
+                _ => None,
+            }
         }
         Event::Progress {
             identity,

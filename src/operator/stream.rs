@@ -191,14 +191,7 @@ pub fn plan(
     node: &str,
 ) -> Result<Vec<Planned>, Failure> {
     let dirs = super::job::table_dirs_of(data_dir, &spec.keyspace, &spec.tables)?;
-    let specs: Vec<crate::split::ranges::RangeSpec> = spec
-        .ranges
-        .iter()
-        .map(|r| crate::split::ranges::RangeSpec {
-            start: r.start.clone(),
-            end: r.end.clone(),
-        })
-        .collect();
+    let specs = &spec.ranges;
     let mut out = Vec::new();
     for data in sstables_of(&dirs)? {
         let file = data
@@ -217,18 +210,14 @@ pub fn plan(
             .partitioner;
         super::decide::check_partitioner(spec.partitioner, partitioner)
             .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
-        let ranges = crate::split::ranges::to_token_ranges(partitioner, &specs)
+        let ranges = crate::split::ranges::to_token_ranges(partitioner, specs)
             .map_err(|m| Failure::new(Reason::InvalidRange, format!("spec.ranges: {m}")))?;
         let name = ChildName {
             transfer: format!("{uid}.{table}.{}-{}", desc.version, desc.id),
             group: group.to_string(),
             keyspace: spec.keyspace.clone(),
             table: table.clone(),
-            import: match spec.import {
-                super::crd::Import::None => crate::stream::manifest::Import::None,
-                super::crd::Import::Staging => crate::stream::manifest::Import::Staging,
-                super::crd::Import::Import => crate::stream::manifest::Import::Import,
-            },
+            import: spec.import,
             source: Some(format!("{node}:{file}")),
             destination: Some(spec.destination.node_name.clone()),
         };

@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 use super::core::Kind;
-use super::crd::{AnticompactionJob, RangeStream};
+use super::crd::{AnticompactionJob, CleanupJob, RangeStream};
 use super::decide;
 use crate::reason::Reason;
 use crate::sstable::Partitioner;
@@ -134,11 +134,20 @@ pub fn check_manifest(yaml: &str) -> Checked {
                     }
                 }
             },
+            "CleanupJob" => match serde_json::from_value::<CleanupJob>(doc) {
+                Err(e) => problem("spec", Reason::InvalidSpec, e.to_string()),
+                Ok(c) => {
+                    if let Err(f) = Kind::validate(&c) {
+                        let (f, r, m) = found(f);
+                        problem(&f, r, m);
+                    }
+                }
+            },
             _ => {
                 problem(
                     "kind",
                     Reason::InvalidSpec,
-                    format!("{kind:?}: cleave.dev/v1alpha1 has AnticompactionJob and RangeStream"),
+                    format!("{kind:?}: cleave.dev/v1alpha1 has AnticompactionJob, RangeStream and CleanupJob"),
                 );
                 continue;
             }

@@ -86,6 +86,19 @@ pub struct CleanupOptions {
     pub out_dir: Option<PathBuf>,
     /// Classify and plan; write nothing.
     pub dry_run: bool,
+    /// Asked once the children are staged and checked, just before publishing: an `Err`
+    /// removes them and publishes nothing (the operator re-reads the ring here).
+    pub gate: Option<Gate>,
+}
+
+/// The last word before publication (see [`CleanupOptions::gate`]).
+#[derive(Clone)]
+pub struct Gate(pub std::sync::Arc<dyn Fn() -> Result<(), crate::reason::Failure> + Send + Sync>);
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Gate")
+    }
 }
 
 /// One sstable's result.
@@ -174,6 +187,12 @@ pub enum CleanupError {
         #[source]
         source: std::io::Error,
     },
+    /// The gate refused publication; the staged children were removed.
+    #[error("{table_dir}: not published: {failure}", table_dir = .table_dir.display())]
+    Gate {
+        table_dir: PathBuf,
+        failure: crate::reason::Failure,
+    },
 }
 
 impl CleanupError {
@@ -183,6 +202,7 @@ impl CleanupError {
             CleanupError::Invalid { .. } => Reason::InvalidRequest,
             CleanupError::Unfinished { .. } => Reason::TableBusy,
             CleanupError::Io { source, .. } => Reason::of_io(source),
+            CleanupError::Gate { failure, .. } => failure.reason,
         }
     }
     pub fn path(&self) -> &Path {
@@ -191,6 +211,7 @@ impl CleanupError {
             | CleanupError::Invalid { path, .. }
             | CleanupError::Io { path, .. } => path,
             CleanupError::Unfinished { log, .. } => log,
+            CleanupError::Gate { table_dir, .. } => table_dir,
         }
     }
 }
@@ -524,6 +545,13 @@ pub fn cleanup(
         .filter(|p| p.verdict != Verdict::Kept)
         .map(|p| p.parent.table().descriptor.clone())
         .collect();
+    if let Some(gate) = &opts.gate {
+        // `staged` dropped on return removes every staging directory.
+        gate.0().map_err(|failure| CleanupError::Gate {
+            table_dir: table_dir.to_path_buf(),
+            failure,
+        })?;
+    }
     let published = match opts.publish {
         Publish::Replace if removed.is_empty() => publish::Published::default(),
         Publish::Replace => {

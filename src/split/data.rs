@@ -425,22 +425,43 @@ fn combine_interior(
     Ok(())
 }
 
+/// The target's reflink support as the writers use it: `block` is the reflink unit (0: the
+/// target cannot share, and `no_share` says why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sharing {
+    pub block: u64,
+    pub no_share: Option<reflink::CloneRefusal>,
+}
+
+/// How and where one child's Data.db is made: the requested layout, whether `padded` is
+/// allowed, the target's reflink support, whether the digest is combined from the chunk
+/// CRCs, and the file to write.
+#[derive(Debug, Clone, Copy)]
+pub struct DataTarget<'a> {
+    pub want: Layout,
+    pub allow_padded: bool,
+    pub sharing: Sharing,
+    pub combine_digest: bool,
+    pub out_path: &'a Path,
+}
+
 /// Decides a compressed child's Data.db in `aligned`, `padded` or `copy` without writing
 /// it: reads and re-encodes the two end chunks, lays out the interior as one parent range.
-/// `want` is the requested layout, `block` the reflink unit (0: the target cannot share,
-/// and `no_share` says why).
-#[allow(clippy::too_many_arguments)]
+/// `t` names the requested layout and the target's reflink support (`DataTarget`).
 pub fn compressed_layout(
     parent: &mut ParentData,
     g: &Geometry,
     head: &Head,
     end_position: u64,
-    want: Layout,
-    allow_padded: bool,
-    block: u64,
-    no_share: Option<reflink::CloneRefusal>,
-    out_path: &Path,
+    t: &DataTarget,
 ) -> Result<DataLayout> {
+    let DataTarget {
+        want,
+        allow_padded,
+        sharing: Sharing { block, no_share },
+        out_path,
+        ..
+    } = *t;
     // Borrowed, not cloned: the offsets are 8 bytes a chunk of the parent.
     let ci = parent.compressed("compressed layout")?;
     let l = ci.chunk_length as u64;
@@ -811,48 +832,35 @@ pub fn write_layout(
 
 /// A compressed child in `aligned`, `padded` or `copy`: `compressed_layout` then
 /// `write_layout`.
-#[allow(clippy::too_many_arguments)]
 pub fn write_compressed(
     parent: &mut ParentData,
     g: &Geometry,
     head: &Head,
     end_position: u64,
-    want: Layout,
-    allow_padded: bool,
-    block: u64,
-    no_share: Option<reflink::CloneRefusal>,
-    combine_digest: bool,
-    out_path: &Path,
+    t: &DataTarget,
 ) -> Result<DataResult> {
-    let d = compressed_layout(
-        parent,
-        g,
-        head,
-        end_position,
-        want,
-        allow_padded,
-        block,
-        no_share,
-        out_path,
-    )?;
-    write_layout(parent, d, block, combine_digest, out_path)
+    let d = compressed_layout(parent, g, head, end_position, t)?;
+    write_layout(parent, d, t.sharing.block, t.combine_digest, t.out_path)
 }
 
 /// An uncompressed child cut at a CRC-block-aligned base (`g.base`): the dead prefix is
 /// zero-filled, the file ends at the last partition's end, full CRC blocks keep the
 /// parent's CRC.db entries and only the first and last are recomputed.
-#[allow(clippy::too_many_arguments)]
 pub fn write_uncompressed(
     parent: &ParentData,
     g: &Geometry,
     head: &Head,
     unit: u64,
-    want: Layout,
-    block: u64,
-    no_share: Option<reflink::CloneRefusal>,
-    combine_digest: bool,
-    out_path: &Path,
+    t: &DataTarget,
 ) -> Result<DataResult> {
+    // `padded` needs compression offsets: an uncompressed child is `aligned` or `copy`.
+    let DataTarget {
+        want,
+        sharing: Sharing { block, no_share },
+        combine_digest,
+        out_path,
+        ..
+    } = *t;
     let dl = g.data_length;
     let first_len = dl.min(unit);
     // The blocks whose CRC the child recomputes: the first, and a partial last one.

@@ -484,8 +484,9 @@ pub fn needs_lead(g: &Geometry, first_chunk_offset: u64, block: u64) -> bool {
         && !(g.dead_prefix == 0 && first_chunk_offset.is_multiple_of(block))
 }
 
-/// How a child's Data.db is made (design-notes.md "Layouts").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+/// How a child's Data.db is made (design-notes.md "Layouts"). Reports name it in
+/// lowercase, as `--layout` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Layout {
     /// First chunk re-encoded so the interior clones at matching block offsets; first
@@ -497,6 +498,42 @@ pub enum Layout {
     Copy,
     /// Partitions repacked into a fresh chunk grid: no dead prefix, every chunk re-encoded.
     Regrid,
+}
+
+/// The layout a split asks for (`cleave split --layout`, `spec.layout` of both kinds):
+/// one layout for every child, or `Auto` (`aligned`, falling back per child). The CRD's
+/// names, PascalCase as Kubernetes enums are; the CLI spells them in lowercase.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+pub enum LayoutRequest {
+    #[default]
+    Auto,
+    Aligned,
+    Padded,
+    Copy,
+    Regrid,
+}
+
+impl LayoutRequest {
+    /// `Policy::layout`: `None` for `Auto`.
+    pub fn layout(self) -> Option<Layout> {
+        match self {
+            LayoutRequest::Auto => None,
+            LayoutRequest::Aligned => Some(Layout::Aligned),
+            LayoutRequest::Padded => Some(Layout::Padded),
+            LayoutRequest::Copy => Some(Layout::Copy),
+            LayoutRequest::Regrid => Some(Layout::Regrid),
+        }
+    }
 }
 
 /// Bytes a layout is expected to share, copy and re-encode for a child.
@@ -650,12 +687,23 @@ pub struct ChildPlan {
     pub head: super::head::Head,
 }
 
-/// Whether children get a Digest.crc32, and how it is computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
+/// Whether children get a Digest.crc32, and how it is computed (`--digest`, `spec.digest`:
+/// the CRD's PascalCase names; the CLI spells them in lowercase).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 pub enum DigestPolicy {
     /// No Digest.crc32 (TOC omits it): fastest; `nodetool verify` then takes the extended
     /// path, which rejects a dead prefix.
+    #[default]
     Off,
     /// CRC32 of the child file derived from the chunk CRC trailers (reads 4 bytes a chunk).
     Combine,

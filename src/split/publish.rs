@@ -18,17 +18,44 @@ use crate::sstable::{Component, Descriptor, FormatError, Result, SSTableId};
 
 pub const STAGING_PREFIX: &str = ".cleave-staging-";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
+/// Where the children go once checked (`--publish`, `spec.publish`): the CRD's PascalCase
+/// names; the CLI and the split report spell them in lowercase (`name`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 pub enum Publish {
     /// Leave the children in `--out` for `nodetool import --keep-repaired`; the parent is untouched.
+    #[default]
     Stage,
     /// Children into the parent's table directory and the parent out, atomically.
     Replace,
     /// Children staged in the table's pending directory with an intent; `cleave
     /// apply-pending` publishes them before Cassandra's next start (`split::intent`).
-    #[serde(rename = "on-restart")]
     OnRestart,
+}
+
+impl Publish {
+    /// The CLI's word for it (`--publish stage`), also the split report's.
+    pub fn name(self) -> &'static str {
+        match self {
+            Publish::Stage => "stage",
+            Publish::Replace => "replace",
+            Publish::OnRestart => "on-restart",
+        }
+    }
+
+    /// `serialize_with` for reports, which name the mode as the CLI does.
+    pub fn serialize_name<S: serde::Serializer>(p: &Publish, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(p.name())
+    }
 }
 
 fn io_err(p: &Path) -> impl Fn(std::io::Error) -> FormatError + '_ {

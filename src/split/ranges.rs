@@ -3,9 +3,25 @@
 
 use crate::sstable::{Partitioner, TokenRange};
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+/// Any token of any partitioner (the CRD's per-family rules are in
+/// `operator::crd::admission_rules`), so that a word such as `abc` is refused with a message
+/// naming the field.
+pub const TOKEN_ANY: &str = "^(-?[0-9]+|([0-9a-fA-F]{2})*)$";
+
+/// `(start, end]`, tokens as decimal strings (Murmur3, Random) or hex (ByteOrdered).
+// The CRD's `TokenRange` too (its doc comments are the schema's descriptions). No
+// catch-all for unknown fields here: both fields are required, so a misspelt one is
+// refused as missing, and nothing optional can be misspelt.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 pub struct RangeSpec {
+    /// Exclusive start token: decimal for Murmur3 (signed 64-bit) and Random (0..2^127, or
+    /// -1, its minimum), an even number of hex digits for ByteOrdered (`spec.partitioner`).
+    #[schemars(regex(pattern = TOKEN_ANY))]
     pub start: String,
+    /// Inclusive end token, in the same notation.
+    #[schemars(regex(pattern = TOKEN_ANY))]
     pub end: String,
 }
 

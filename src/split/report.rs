@@ -50,6 +50,7 @@ pub struct Check {
 pub struct SplitReport {
     pub parent: PathBuf,
     pub dry_run: bool,
+    #[serde(serialize_with = "Publish::serialize_name")]
     pub publish: Publish,
     pub reflink: String,
     pub children: Vec<ChildReport>,

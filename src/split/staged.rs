@@ -97,20 +97,34 @@ impl<S> Staged<S> {
     }
 }
 
+/// What the writer hands over once every child is in staging (`Staged::unchecked`).
+pub(super) struct Written {
+    pub staging: PathBuf,
+    pub out_dir: PathBuf,
+    pub descs: Vec<Descriptor>,
+    pub reports: Vec<ChildReport>,
+    /// What the children must add up to: the parent's keys, or under cleanup the parent's
+    /// keys in the owned ranges.
+    pub parent_fp: Fingerprint,
+    pub children_fp: Fingerprint,
+    pub support: ReflinkSupport,
+    pub guard: StagingGuard,
+    pub write_time: Duration,
+}
+
 impl Staged<Unchecked> {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn unchecked(
-        plan: &Plan,
-        staging: PathBuf,
-        out_dir: PathBuf,
-        descs: Vec<Descriptor>,
-        reports: Vec<ChildReport>,
-        parent_fp: Fingerprint,
-        children_fp: Fingerprint,
-        support: ReflinkSupport,
-        guard: StagingGuard,
-        write_time: Duration,
-    ) -> Staged<Unchecked> {
+    pub(super) fn unchecked(plan: &Plan, w: Written) -> Staged<Unchecked> {
+        let Written {
+            staging,
+            out_dir,
+            descs,
+            reports,
+            parent_fp,
+            children_fp,
+            support,
+            guard,
+            write_time,
+        } = w;
         Staged {
             parent: plan.parent.clone(),
             plan: plan.children.clone(),

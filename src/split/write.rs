@@ -13,14 +13,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::child::{self, Built, IndexParts, IndexShape, IndexSide};
-use super::data::{self, DataLayout, DataResult, ParentData, Segment};
+use super::data::{self, DataLayout, DataResult, DataTarget, ParentData, Segment, Sharing};
 use super::error::WriteError;
 use super::parent::split_support;
 use super::plan::{DigestPolicy, Layout, Plan};
 use super::publish;
 use super::report::ChildReport;
 use super::spec::{Cut, Label, RepairTriple};
-use super::staged::{Staged, StagingGuard, Unchecked};
+use super::staged::{Staged, StagingGuard, Unchecked, Written};
 use crate::io::durable::{Batch, BatchError};
 use crate::sstable::fingerprint::Fingerprint;
 use crate::sstable::{Component, Descriptor, FormatError, SSTableId};
@@ -286,8 +286,7 @@ impl Plan {
                             ci,
                             o,
                             &mut pd,
-                            block,
-                            no_share,
+                            Sharing { block, no_share },
                             &mut batch,
                             &mut children_fp,
                         )?;
@@ -360,32 +359,38 @@ impl Plan {
         batch.commit()?;
         Ok(Staged::unchecked(
             self,
-            staging,
-            out_dir.to_path_buf(),
-            descs,
-            reports,
-            // What the children must add up to: the parent's keys, or under cleanup the
-            // parent's keys in the owned ranges.
-            if owned.is_some() { owned_fp } else { parent_fp },
-            children_fp,
-            support,
-            guard,
-            started.elapsed(),
+            Written {
+                staging,
+                out_dir: out_dir.to_path_buf(),
+                descs,
+                reports,
+                parent_fp: if owned.is_some() { owned_fp } else { parent_fp },
+                children_fp,
+                support,
+                guard,
+                write_time: started.elapsed(),
+            },
         ))
     }
 
-    /// Data.db of a child from its plan; `block`/`no_share` are the probed support.
+    /// Data.db of a child from its plan; `sharing` is the probed support.
     fn write_data(
         &self,
         ci: usize,
         pd: &mut ParentData,
-        block: u64,
-        no_share: Option<crate::io::reflink::CloneRefusal>,
+        sharing: Sharing,
         data_path: &Path,
     ) -> Result<DataResult, WriteError> {
         let p = &self.children[ci];
         let combine = self.policy.digest == DigestPolicy::Combine;
         let compressed = self.parent.table().compression.is_some();
+        let target = |want| DataTarget {
+            want,
+            allow_padded: self.policy.allow_padded,
+            sharing,
+            combine_digest: combine,
+            out_path: data_path,
+        };
         Ok(match (p.layout, p.geometry, compressed) {
             (Layout::Regrid, _, _) | (_, None, _) => {
                 let runs = p.child.byte_runs();
@@ -396,35 +401,20 @@ impl Plan {
                 &g,
                 &p.head,
                 p.child.runs[0].end_position,
-                want,
-                self.policy.allow_padded,
-                block,
-                no_share,
-                combine,
-                data_path,
+                &target(want),
             )?,
-            (want, Some(g), false) => data::write_uncompressed(
-                pd,
-                &g,
-                &p.head,
-                self.parent.crc_unit(),
-                want,
-                block,
-                no_share,
-                combine,
-                data_path,
-            )?,
+            (want, Some(g), false) => {
+                data::write_uncompressed(pd, &g, &p.head, self.parent.crc_unit(), &target(want))?
+            }
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn finish_child(
         &self,
         ci: usize,
         o: Open,
         pd: &mut ParentData,
-        block: u64,
-        no_share: Option<crate::io::reflink::CloneRefusal>,
+        sharing: Sharing,
         batch: &mut Batch,
         children_fp: &mut Fingerprint,
     ) -> Result<ChildReport, WriteError> {
@@ -439,7 +429,7 @@ impl Plan {
         batch.adopt(&index_path, index_file, false);
         children_fp.merge(&parts.fingerprint);
         let data_path = desc.path(&Component::Data);
-        let mut result = self.write_data(ci, pd, block, no_share, &data_path)?;
+        let mut result = self.write_data(ci, pd, sharing, &data_path)?;
         if let Some(f) = result.file.take() {
             batch.adopt(&data_path, f, true);
         }
@@ -592,11 +582,13 @@ impl Plan {
             &g,
             &p.head,
             p.child.runs[0].end_position,
-            p.layout,
-            self.policy.allow_padded,
-            block,
-            no_share,
-            self.parent.data_path(),
+            &DataTarget {
+                want: p.layout,
+                allow_padded: self.policy.allow_padded,
+                sharing: Sharing { block, no_share },
+                combine_digest: false,
+                out_path: self.parent.data_path(),
+            },
         )?)
     }
 

@@ -43,9 +43,13 @@ pub const ALLOWED_COMPONENTS: &[&str] = &[
 
 /// What the receiver does with the child once it passed every check (RangeStream
 /// `spec.import`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// One type from the CRD (`RangeStream.spec.import`) through the manifest to the receiver.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub enum Import {
     /// Leave it in the receiver's `ready/<keyspace>/<table>/` directory.
+    #[default]
     None,
     /// Move it into `<table dir>/cleave-staged/<group>/` for an operator's `nodetool import --keep-repaired`.
     Staging,
@@ -342,7 +346,6 @@ pub fn decode(bytes: &[u8]) -> Result<Manifest, ManifestError> {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
 

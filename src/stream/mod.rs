@@ -8,7 +8,6 @@
 //! - `send`: the sender (manifest, bodies from the parent file, retries, resume).
 //! - `plain`: the sender's plaintext body path, file ranges by sendfile (zero-copy).
 //! - `tls`: rustls configurations from PEM files.
-#![deny(clippy::unwrap_used)]
 
 pub mod listen;
 pub mod manifest;

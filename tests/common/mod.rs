@@ -1,8 +1,13 @@
 //! Helpers shared by the integration tests: where the real Cassandra SSTables are, what
 //! their MANIFEST says, and how to run the independent Python checkers.
-#![allow(dead_code)]
+#![expect(
+    dead_code,
+    reason = "each test crate includes this module and uses only some of its helpers"
+)]
 
 pub mod k8s;
+pub mod mgmt;
+pub mod stream;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -368,4 +373,21 @@ pub fn gen_table(table: &Path, gens: &[(u32, &str)]) {
         ]);
     }
     let _ = std::fs::remove_file(table.join("schema.cql"));
+}
+
+/// Copies every component of the sstable `data_db` into `dir` (created), names kept, as
+/// fresh writable files (the corpus is read-only), so that a test can damage or replace
+/// them without touching ../shared; the copy's Data.db.
+pub fn copy_sstable(data_db: &Path, dir: &Path) -> PathBuf {
+    let name = data_db.file_name().unwrap().to_str().unwrap();
+    let prefix = name.strip_suffix("Data.db").unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    for e in std::fs::read_dir(data_db.parent().unwrap()).unwrap() {
+        let e = e.unwrap();
+        let n = e.file_name().into_string().unwrap();
+        if n.starts_with(prefix) && e.file_type().unwrap().is_file() {
+            std::fs::write(dir.join(&n), std::fs::read(e.path()).unwrap()).unwrap();
+        }
+    }
+    dir.join(name)
 }

@@ -94,6 +94,10 @@ restart every storage node's sidecar.
     - --max-concurrent-jobs={{ $v.config.maxConcurrentJobs }}
     - --min-free-percent={{ $v.config.minFreePercent }}
     - --cassandra-version={{ $v.config.cassandraVersion }}
+    {{- if $v.config.managementApi }}
+    - --management-api={{ $v.config.managementApi }}
+    - --management-api-start-seconds={{ $v.config.managementApiStartSeconds }}
+    {{- end }}
     {{- if $v.stream.enabled }}
     - --stream-addr=0.0.0.0:{{ $v.stream.port }}
     - --stream-staging={{ include "cleave.streamStaging" $root }}

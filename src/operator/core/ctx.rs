@@ -33,6 +33,8 @@ pub struct Ctx<S: Store> {
     pub heartbeat: Duration,
     /// How this sidecar reaches receivers as a RangeStream's source.
     pub stream: crate::operator::stream::StreamClient,
+    /// `--management-api`: this node's agent, for maintenance windows.
+    pub window: Option<crate::operator::window::NodeApi>,
 }
 
 impl<S: Store> Ctx<S> {
@@ -50,6 +52,7 @@ impl<S: Store> Ctx<S> {
             limits: NodeLimits::default(),
             heartbeat: decide::LEASE / 3,
             stream: Default::default(),
+            window: None,
         }
     }
 

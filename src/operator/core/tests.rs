@@ -124,30 +124,7 @@ struct JobBuilder(AnticompactionJob);
 
 impl JobBuilder {
     fn new(name: &str) -> JobBuilder {
-        let spec = AnticompactionJobSpec {
-            node_name: "n1".into(),
-            data_directory: None,
-            keyspace: "ks".into(),
-            tables: vec![],
-            sstables: vec![],
-            ranges: vec![TokenRange {
-                start: "0".into(),
-                end: "100".into(),
-            }],
-            transient_ranges: vec![],
-            repaired_at: Some(1_700_000_000_000),
-            pending_repair: None,
-            layout: Default::default(),
-            digest: Default::default(),
-            publish: Default::default(),
-            dry_run: false,
-            max_bytes_per_second: None,
-            parallelism: None,
-            ttl_seconds_after_finished: None,
-            target_cassandra: None,
-            partitioner: None,
-            unknown: Default::default(),
-        };
+        let spec = AnticompactionJobSpec::for_tests();
         let mut j = AnticompactionJob::new(name, spec);
         j.metadata.namespace = Some("default".into());
         j.metadata.resource_version = Some("1".into());

@@ -1,0 +1,357 @@
+//! `CleanupJob` as a kind of the core: the zero-copy cleanup of `split::cleanup` over the
+//! tables of a keyspace, with the owned ranges from the spec or from the node's own ring
+//! (management API, `mgmt::ring`).
+//!
+//! With `ownership: ManagementApi` the ring is read before the first table and again just
+//! before each table is published (the engine's gate): if the owned ranges changed in
+//! between, or a node started joining, leaving or moving, that table is not published and
+//! the job fails `RingChanging` (CASSANDRA-16418's guard, on the sidecar's side).
+//!
+//! Resuming is re-running: a table already cleaned up has only owned sstables, which a
+//! second cleanup keeps as they are.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use kube::ResourceExt;
+
+use super::core::{lease, now, Ctx, Ended, Kind, Run, Store};
+use super::crd::{
+    CleanupJob, CleanupJobSpec, CleanupVerdict, JobStatus, Ownership, Publish, SSTableResult,
+};
+use super::decide::{self, TableClaim};
+use super::job::{self, STAGED_DIR};
+use super::status::{self, Event};
+use crate::mgmt::ring;
+use crate::reason::{Failure, Reason};
+use crate::split::cleanup::{CleanupOptions, Gate, Verdict};
+use crate::split::plan::Policy;
+use crate::sstable::{Partitioner, Token, TokenRange};
+
+impl Kind for CleanupJob {
+    const KIND: &'static str = "CleanupJob";
+    const NOUN: &'static str = "job";
+
+    fn status(&self) -> Option<&JobStatus> {
+        self.status.as_ref()
+    }
+
+    fn set_status(&mut self, status: Option<JobStatus>) {
+        self.status = status;
+    }
+
+    fn acting_node(&self) -> &str {
+        &self.spec.node_name
+    }
+
+    fn validate(&self) -> Result<(), Failure> {
+        let spec = &self.spec;
+        decide::check_unknown_fields("CleanupJob", &spec.unknown_fields_explained())
+            .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
+        decide::check_rate(spec.max_bytes_per_second)
+            .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
+        decide::check_node_label(self.labels(), &spec.node_name)?;
+        decide::check_publish(spec.publish)?;
+        match (spec.ownership, spec.owned_ranges.is_empty()) {
+            (Ownership::Ranges, true) => Err(Failure::new(
+                Reason::InvalidSpec,
+                "spec.ownedRanges is empty: list the ranges this node owns, or set ownership: ManagementApi",
+            )),
+            (Ownership::ManagementApi, false) => Err(Failure::new(
+                Reason::InvalidSpec,
+                "spec.ownedRanges and ownership: ManagementApi are both set: choose one",
+            )),
+            (Ownership::ManagementApi, true) if spec.partitioner() != Partitioner::Murmur3 => {
+                Err(Failure::new(
+                    Reason::InvalidSpec,
+                    "ownership: ManagementApi needs the Murmur3 partitioner (the management API parses tokens as Long); list spec.ownedRanges instead",
+                ))
+            }
+            (Ownership::Ranges, false) => parse_ranges(spec).map(|_| ()),
+            (Ownership::ManagementApi, true) => Ok(()),
+        }
+    }
+
+    fn ttl_seconds_after_finished(&self) -> Option<i64> {
+        self.spec.ttl_seconds_after_finished
+    }
+
+    fn rate_limit(&self) -> Option<u64> {
+        self.spec.max_bytes_per_second
+    }
+
+    fn tables(&self, default_data_dir: &Path) -> TableClaim {
+        TableClaim {
+            data_dir: data_dir(&self.spec, default_data_dir),
+            keyspace: self.spec.keyspace.clone(),
+            tables: self.spec.tables.clone(),
+        }
+    }
+
+    async fn work<S: Store>(self: Arc<Self>, ctx: Arc<Ctx<S>>, mut run: Run) {
+        let started = Instant::now();
+        let mut lease = run.lease(&*ctx, &*self);
+        let mut latest = std::mem::take(&mut run.claimed);
+        let ended = match self.clean(&ctx, &mut run, &mut lease, &mut latest).await {
+            Ok(e) => e,
+            Err(f) => Ended::Failed(f),
+        };
+        lease::finish(&mut lease, &run.key, started, &latest, ended).await;
+    }
+
+    /// Removes this job's staging directories (Stage): children already published stay.
+    async fn cleanup<S: Store>(self: Arc<Self>, ctx: Arc<Ctx<S>>, _stopped: bool) -> String {
+        let d = data_dir(&self.spec, &ctx.data_dir);
+        let (name, spec) = (self.name_any(), self.spec.clone());
+        let r = tokio::task::spawn_blocking(move || {
+            let dirs = job::table_dirs_of(&d, &spec.keyspace, &spec.tables).unwrap_or_default();
+            job::recover_leftovers(&dirs, &name)?;
+            for t in &dirs {
+                let staged = t.join(STAGED_DIR).join(&name);
+                if staged.is_dir() {
+                    std::fs::remove_dir_all(&staged)
+                        .map_err(|e| Failure::io(staged.display(), &e))?;
+                }
+            }
+            Ok::<_, Failure>(())
+        })
+        .await;
+        match r {
+            Ok(Ok(())) => "leftovers of this job removed".to_string(),
+            Ok(Err(f)) => format!("cleanup incomplete: {f}"),
+            Err(e) => format!("cleanup incomplete: its task failed: {e}"),
+        }
+    }
+}
+
+fn data_dir(spec: &CleanupJobSpec, default: &Path) -> PathBuf {
+    spec.data_directory
+        .as_deref()
+        .map_or_else(|| default.to_path_buf(), PathBuf::from)
+}
+
+/// `spec.ownedRanges` as the engine takes them.
+fn parse_ranges(spec: &CleanupJobSpec) -> Result<Vec<TokenRange>, Failure> {
+    decide::parse_token_ranges("ownedRanges", &spec.owned_ranges, spec.partitioner())
+}
+
+fn to_token_ranges(rs: &[ring::Range]) -> Vec<TokenRange> {
+    rs.iter()
+        .map(|&(a, b)| TokenRange::new(Token::Murmur3(a), Token::Murmur3(b)))
+        .collect()
+}
+
+/// The node's owned ranges now, from its management API.
+async fn read_ring(api: &crate::mgmt::Client, keyspace: &str) -> Result<Vec<ring::Range>, Failure> {
+    let endpoints = api.endpoints().await?;
+    let map = api.range_to_endpoint(keyspace).await?;
+    ring::owned_ranges(&endpoints, &map)
+}
+
+impl CleanupJob {
+    async fn clean<S: Store>(
+        &self,
+        ctx: &Arc<Ctx<S>>,
+        run: &mut Run,
+        lease: &mut lease::Lease<'_, S, CleanupJob>,
+        latest: &mut JobStatus,
+    ) -> Result<Ended, Failure> {
+        let spec = self.spec.clone();
+        let (owned, gate) = match spec.ownership {
+            Ownership::Ranges => (parse_ranges(&spec)?, None),
+            Ownership::ManagementApi => {
+                let Some(api) = ctx.window.clone() else {
+                    return Err(Failure::new(
+                        Reason::InvalidSpec,
+                        "ownership: ManagementApi needs the sidecar's --management-api; nothing was done",
+                    ));
+                };
+                let first = read_ring(&api.client, &spec.keyspace).await?;
+                if first.is_empty() {
+                    return Err(Failure::new(
+                        Reason::InvalidRequest,
+                        format!("the ring gives this node no range of keyspace {}: refusing to drop every sstable", spec.keyspace),
+                    ));
+                }
+                let (client, ks, expect) =
+                    (api.client.clone(), spec.keyspace.clone(), first.clone());
+                let handle = tokio::runtime::Handle::current();
+                // Called on the blocking thread just before each table is published.
+                let gate = Gate(Arc::new(move || {
+                    let now = handle.block_on(read_ring(&client, &ks))?;
+                    if now != expect {
+                        return Err(Failure::new(
+                            Reason::RingChanging,
+                            format!("this node's ranges changed while the cleanup ran ({} ranges, now {}): nothing of this table was published", expect.len(), now.len()),
+                        ));
+                    }
+                    Ok(())
+                }));
+                (to_token_ranges(&first), Some(gate))
+            }
+        };
+        let d = data_dir(&spec, &ctx.data_dir);
+        let dirs = job::table_dirs_of(&d, &spec.keyspace, &spec.tables)?;
+        let name = self.name_any();
+        let throttle = spec
+            .max_bytes_per_second
+            .map(|r| Arc::new(crate::io::throttle::TokenBucket::new(r)));
+        let target = job::target_cassandra(spec.target_cassandra.as_deref(), ctx.limits.cassandra)?;
+        let metrics = ctx.metrics.clone();
+        let cancel = run.cancel.clone();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<JobStatus>();
+        let mut st = latest.clone();
+        st.results.clear();
+        st.progress.sstables_done = 0;
+        let task = tokio::task::spawn_blocking(move || {
+            job::recover_leftovers(&dirs, &name)?;
+            let mut cancelled = false;
+            for t in &dirs {
+                if cancel.load(Ordering::Relaxed) {
+                    cancelled = true;
+                    break;
+                }
+                let out_dir = match spec.publish {
+                    // Refused by validate; the engine refuses it again.
+                    Publish::Replace | Publish::OnRestart => None,
+                    Publish::Stage => {
+                        let o = t.join(STAGED_DIR).join(&name);
+                        if o.is_dir() {
+                            // A run killed before recording this table: stage it again.
+                            std::fs::remove_dir_all(&o)
+                                .map_err(|e| Failure::io(o.display(), &e))?;
+                        }
+                        std::fs::create_dir_all(&o).map_err(|e| Failure::io(o.display(), &e))?;
+                        Some(o)
+                    }
+                };
+                let opts = CleanupOptions {
+                    policy: Policy {
+                        throttle: throttle.clone(),
+                        target,
+                        ..Policy::default()
+                    },
+                    publish: spec.publish,
+                    out_dir: out_dir.clone(),
+                    dry_run: spec.dry_run,
+                    gate: gate.clone(),
+                };
+                if spec.publish == Publish::Replace && !spec.dry_run {
+                    job::check_replace(std::slice::from_ref(t))?;
+                }
+                let report = match crate::split::cleanup::cleanup(t, &owned, &opts) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        if let Some(o) = &out_dir {
+                            let _ = std::fs::remove_dir_all(o);
+                        }
+                        return Err(Failure::from(e));
+                    }
+                };
+                for s in &report.sstables {
+                    let verdict = match s.verdict {
+                        Verdict::Kept => CleanupVerdict::Kept,
+                        Verdict::Dropped => CleanupVerdict::Dropped,
+                        Verdict::Split => CleanupVerdict::Split,
+                    };
+                    metrics
+                        .cleanup_sstables
+                        .with_label_values(&[verdict_label(verdict)])
+                        .inc();
+                    st.results.push(SSTableResult {
+                        parent: s.path.to_string_lossy().to_string(),
+                        children: s
+                            .children
+                            .iter()
+                            .map(|c| c.path.to_string_lossy().to_string())
+                            .collect(),
+                        layout: s
+                            .children
+                            .first()
+                            .map(|c| format!("{:?}", c.layout).to_lowercase()),
+                        fallback_reason: s
+                            .children
+                            .iter()
+                            .find_map(|c| c.fallback.as_ref().map(|f| f.to_string())),
+                        bytes_shared: s.bytes_shared,
+                        bytes_copied: s.bytes_copied,
+                        bytes_reencoded: s.bytes_reencoded,
+                        partitions: s.partitions,
+                        verdict: Some(verdict),
+                    });
+                    st.progress.bytes_shared += s.bytes_shared;
+                    st.progress.bytes_copied += s.bytes_copied;
+                    st.progress.bytes_reencoded += s.bytes_reencoded;
+                    st.progress.partitions += s.partitions;
+                }
+                metrics.cleanup_reclaimed.inc_by(report.bytes_reclaimed);
+                st.progress.sstables_done += report.sstables.len() as u64;
+                st.progress.sstables_total = st.progress.sstables_done;
+                st.progress.summary = format!(
+                    "{} kept, {} dropped, {} split",
+                    count(&st, CleanupVerdict::Kept),
+                    count(&st, CleanupVerdict::Dropped),
+                    count(&st, CleanupVerdict::Split)
+                );
+                let _ = tx.send(st.clone());
+            }
+            Ok::<_, Failure>((cancelled, st))
+        });
+        let mut task = std::pin::pin!(task);
+        let mut beat = tokio::time::interval(ctx.heartbeat);
+        beat.tick().await;
+        let generation = self.metadata.generation;
+        let joined = loop {
+            tokio::select! {
+                r = &mut task => break r,
+                Some(s) = rx.recv() => {
+                    *latest = status::next(latest, Event::Progress { identity: &ctx.identity, progress: &s.progress, results: &s.results }, generation, now()).status;
+                    lease.write(latest).await;
+                }
+                _ = beat.tick() => {
+                    *latest = status::next(latest, Event::Heartbeat { identity: &ctx.identity }, generation, now()).status;
+                    lease.write(latest).await;
+                }
+            }
+            if lease.lost {
+                run.cancel.store(true, Ordering::Relaxed);
+            }
+        };
+        let (cancelled, st) = joined.map_err(|e| {
+            Failure::new(
+                Reason::IoError,
+                format!("the job's worker thread failed: {e}"),
+            )
+        })??;
+        *latest = status::next(
+            latest,
+            Event::Progress {
+                identity: &ctx.identity,
+                progress: &st.progress,
+                results: &st.results,
+            },
+            generation,
+            now(),
+        )
+        .status;
+        Ok(match (cancelled, self.spec.dry_run) {
+            (true, _) => Ended::Interrupted,
+            (false, true) => Ended::Planned,
+            (false, false) => Ended::Complete,
+        })
+    }
+}
+
+fn count(st: &JobStatus, v: CleanupVerdict) -> usize {
+    st.results.iter().filter(|r| r.verdict == Some(v)).count()
+}
+
+pub fn verdict_label(v: CleanupVerdict) -> &'static str {
+    match v {
+        CleanupVerdict::Kept => "kept",
+        CleanupVerdict::Dropped => "dropped",
+        CleanupVerdict::Split => "split",
+    }
+}

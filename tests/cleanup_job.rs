@@ -1,0 +1,236 @@
+//! `CleanupJob` through the sidecar (`cleave run --local`): explicit `ownedRanges`, and
+//! `ownership: ManagementApi` against the management API stand-in (`tests/common/mgmt.rs`,
+//! every exchange checked against the agent's OpenAPI document), give the same live keys:
+//! exactly the parents' keys inside the owned ranges, judged by `sstcheck.py`
+//! (`SSTCHECK_RANGES`); a ring with a joining peer is `RingChanging` and changes nothing.
+
+#![cfg(test)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::mgmt::StandIn;
+use common::*;
+
+const TABLE: &str = "t-0123456789abcdef0123456789abcdef";
+const ME: &str = "10.0.0.1";
+
+/// A 3-node ring, 16 tokens each, RF 1: the ranges with their replica, in ring order.
+fn ring() -> Vec<(i64, i64, &'static str)> {
+    let ips = [ME, "10.0.0.2", "10.0.0.3"];
+    let n = 48i64;
+    let step = (u64::MAX / n as u64) as i64;
+    let tokens: Vec<i64> = (0..n).map(|i| i64::MIN + 1 + i * step).collect();
+    let mut v = Vec::new();
+    for i in 0..tokens.len() {
+        let (l, r) = (tokens[i], tokens[(i + 1) % tokens.len()]);
+        // The range ending at token i+1 belongs to the node holding that token.
+        v.push((l, r, ips[(i + 1) % 3]));
+    }
+    v
+}
+
+/// The ranges of `ME`, as non-wrapping `(l, r]` ranges.
+fn mine() -> Vec<(i64, i64)> {
+    let mut v = Vec::new();
+    for (l, r, ip) in ring() {
+        if ip == ME {
+            if l < r {
+                v.push((l, r));
+            } else {
+                v.push((l, i64::MAX));
+                v.push((i64::MIN, r));
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+fn ring_json(joining: bool) -> String {
+    let mut endpoints = vec![
+        serde_json::json!({"ENDPOINT_IP": ME, "STATUS": "NORMAL,1", "IS_LOCAL": "true", "DC": "dc1"}),
+        serde_json::json!({"ENDPOINT_IP": "10.0.0.2", "STATUS": "NORMAL,2", "IS_LOCAL": "false", "DC": "dc1"}),
+        serde_json::json!({"ENDPOINT_IP": "10.0.0.3", "STATUS": "NORMAL,3", "IS_LOCAL": "false", "DC": "dc1"}),
+    ];
+    if joining {
+        endpoints.push(serde_json::json!({"ENDPOINT_IP": "10.0.0.4", "STATUS": "BOOT,4", "IS_LOCAL": "false", "DC": "dc1"}));
+    }
+    let ranges: Vec<serde_json::Value> = ring()
+        .iter()
+        .map(|(l, r, ip)| serde_json::json!({"tokens": [l, r], "endpoints": [ip]}))
+        .collect();
+    serde_json::json!({"endpoints": endpoints, "ranges": ranges, "keyspaces": ["ks"]}).to_string()
+}
+
+/// (count, xor, sum) of sstcheck over `paths` (each must pass), of every key or (with
+/// `ranges`) of the keys in those ranges.
+fn fingerprint(shared: &Path, paths: &[PathBuf], ranges: &[(i64, i64)]) -> (u64, u64, u64) {
+    let mut c = Command::new("python3");
+    c.arg(shared.join("tools/sstcheck.py")).args(paths);
+    if !ranges.is_empty() {
+        let r: Vec<String> = ranges.iter().map(|(l, r)| format!("{l}:{r}")).collect();
+        c.env("SSTCHECK_RANGES", r.join(","));
+    }
+    let out = c.output().unwrap();
+    let mut fp = (0u64, 0u64, 0u64);
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["ok"], true, "sstcheck: {v}");
+        let v = if ranges.is_empty() {
+            &v
+        } else {
+            &v["in_ranges"]
+        };
+        let h = |k: &str| u64::from_str_radix(v[k].as_str().unwrap(), 16).unwrap();
+        fp.0 += v["partitions"].as_u64().unwrap();
+        fp.1 ^= h("keys_xor");
+        fp.2 = fp.2.wrapping_add(h("keys_sum"));
+    }
+    fp
+}
+
+fn setup(d: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let data = d.join(name);
+    let table = data.join("ks").join(TABLE);
+    gen_table(&table, &[(1, "2MiB"), (2, "2MiB")]);
+    (data, table)
+}
+
+fn job(m: &Path, name: &str, data: &Path, extra: &str) {
+    std::fs::write(
+        m.join(format!("{name}.yaml")),
+        format!("apiVersion: cleave.dev/v1alpha1\nkind: CleanupJob\nmetadata:\n  name: {name}\nspec:\n  nodeName: n1\n  dataDirectory: {}\n  keyspace: ks\n  publish: Replace\n{extra}", data.display()),
+    )
+    .unwrap();
+}
+
+fn run_once(m: &Path, api: &str) -> Output {
+    Command::new(cleave_bin())
+        .args([
+            "run",
+            "--node",
+            "n1",
+            "--once",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--management-api", api])
+        .arg("--local")
+        .arg(m)
+        .output()
+        .unwrap()
+}
+
+fn status(m: &Path, name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(m.join(format!("{name}.status.yaml"))).unwrap();
+    serde_saphyr::from_str(&text).unwrap()
+}
+
+#[test]
+fn explicit_ranges_and_the_nodes_ring_give_the_same_owned_keys() {
+    let Some(shared) = corpus_or_skip("cleanup job") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (data_a, table_a) = setup(d.path(), "a");
+    let (data_b, table_b) = setup(d.path(), "b");
+    let owned = mine();
+    let want = fingerprint(&shared, &data_files(&table_a), &owned);
+    assert!(want.0 > 0, "the owned ranges hold keys");
+    let all = fingerprint(&shared, &data_files(&table_a), &[]);
+    assert!(want.0 < all.0, "and some keys are not owned");
+    let ring = d.path().join("ring.json");
+    std::fs::write(&ring, ring_json(false)).unwrap();
+    let api = StandIn::start(
+        d.path(),
+        &table_b,
+        &["--cassandra-stopped", "--ring", ring.to_str().unwrap()],
+    );
+    let m = d.path().join("manifests");
+    std::fs::create_dir(&m).unwrap();
+    let ranges: String = owned
+        .iter()
+        .map(|(l, r)| format!("    - {{start: \"{l}\", end: \"{r}\"}}\n"))
+        .collect();
+    job(
+        &m,
+        "explicit",
+        &data_a,
+        &format!("  ownedRanges:\n{ranges}"),
+    );
+    job(&m, "ring", &data_b, "  ownership: ManagementApi\n");
+    let out = run_once(&m, &api.url());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (name, table) in [("explicit", &table_a), ("ring", &table_b)] {
+        let s = status(&m, name);
+        assert_eq!(s["phase"], "Complete", "{name}: {s:#?}");
+        let results = s["results"].as_array().unwrap();
+        assert_eq!(results.len(), 2, "{name}");
+        assert!(
+            results.iter().all(|r| r["verdict"] == "Split"),
+            "{name}: {results:#?}"
+        );
+        let live = data_files(table);
+        assert!(
+            !live
+                .iter()
+                .any(|p| p.ends_with("nb-1-big-Data.db") || p.ends_with("nb-2-big-Data.db")),
+            "{name}: a parent is still live"
+        );
+        assert_eq!(fingerprint(&shared, &live, &[]), want, "{name}: live keys");
+    }
+    let calls = api.calls();
+    for path in [
+        "/api/v0/metadata/endpoints",
+        "/api/v2/tokens/rangetoendpoint",
+    ] {
+        // Read before the cleanup and again just before publishing.
+        assert!(
+            calls.iter().filter(|c| c["path"] == path).count() >= 2,
+            "{path}: {calls:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_ring_with_a_joining_peer_is_ring_changing_and_changes_nothing() {
+    let Some(_shared) = corpus_or_skip("cleanup job") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (data, table) = setup(d.path(), "a");
+    let ring = d.path().join("ring.json");
+    std::fs::write(&ring, ring_json(true)).unwrap();
+    let api = StandIn::start(
+        d.path(),
+        &table,
+        &["--cassandra-stopped", "--ring", ring.to_str().unwrap()],
+    );
+    // After the stand-in's start: it adds its own hold file to the table directory.
+    let snap = snapshot(&table);
+    let m = d.path().join("manifests");
+    std::fs::create_dir(&m).unwrap();
+    job(&m, "ring", &data, "  ownership: ManagementApi\n");
+    let out = run_once(&m, &api.url());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(&m, "ring");
+    assert_eq!(s["phase"], "Failed", "{s:#?}");
+    assert_eq!(s["reason"], "RingChanging", "{s:#?}");
+    assert!(
+        s["message"].as_str().unwrap().contains("10.0.0.4"),
+        "{s:#?}"
+    );
+    api.calls();
+    assert_eq!(snapshot(&table), snap, "the table changed");
+}

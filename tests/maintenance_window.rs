@@ -1,0 +1,261 @@
+//! `publish: Replace` with `maintenance: ManagementApi`: the sidecar (`cleave run --local`)
+//! stops its Cassandra through the management API, replaces the parents and starts it again.
+//!
+//! The management API is `tests/py/mgmt_standin.py`: it answers only the paths, codes and
+//! shapes of `../shared/third-party/management-api/openapi.json` and logs every exchange with
+//! the violations it found (requests with undeclared parameters or bodies of the wrong
+//! shape, answers the document does not allow); each test asserts there are none. Its
+//! "Cassandra" is a process holding one of the table's Data.db files, so that cleave's
+//! Replace guard sees it while it runs. What it cannot stand for: a JVM's real drain and
+//! start times, gossip; those are the agent's and Cassandra's (docs/operator.md).
+
+#![cfg(test)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::mgmt::StandIn;
+use common::*;
+
+const TABLE: &str = "t-0123456789abcdef0123456789abcdef";
+
+fn setup() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let table = data.join("ks").join(TABLE);
+    gen_table(&table, &[(1, "4MiB"), (2, "4MiB")]);
+    let m = d.path().join("manifests");
+    std::fs::create_dir(&m).unwrap();
+    (d, data, table, m)
+}
+
+fn write_job(m: &Path, name: &str, extra: &str) {
+    std::fs::write(
+        m.join(format!("{name}.yaml")),
+        format!("apiVersion: cleave.dev/v1alpha1\nkind: AnticompactionJob\nmetadata:\n  name: {name}\nspec:\n  nodeName: n1\n  keyspace: ks\n  ranges:\n    - {{start: \"-9223372036854775808\", end: \"0\"}}\n  repairedAt: 1700000000000\n  publish: Replace\n  maintenance: ManagementApi\n{extra}"),
+    )
+    .unwrap();
+}
+
+fn run_once(m: &Path, data: &Path, api: &str, env: &[(&str, &str)]) -> Output {
+    Command::new(cleave_bin())
+        .args([
+            "run",
+            "--node",
+            "n1",
+            "--once",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--management-api",
+            api,
+            "--management-api-start-seconds",
+            "5",
+        ])
+        .arg("--local")
+        .arg(m)
+        .arg("--data-dir")
+        .arg(data)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+fn status(m: &Path, name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(m.join(format!("{name}.status.yaml"))).unwrap();
+    serde_saphyr::from_str(&text).unwrap()
+}
+
+/// The index of the first call to `path` (with `status`, if given) at or after `from`.
+fn find(calls: &[serde_json::Value], path: &str, status: Option<u64>, from: usize) -> usize {
+    calls
+        .iter()
+        .enumerate()
+        .skip(from)
+        .find(|(_, c)| c["path"] == path && status.is_none_or(|s| c["status"] == s))
+        .map(|(i, _)| i)
+        .unwrap_or_else(|| panic!("no call to {path} ({status:?}) from #{from}: {calls:#?}"))
+}
+
+fn parents() -> Vec<String> {
+    vec!["nb-1-big-Data.db".into(), "nb-2-big-Data.db".into()]
+}
+
+#[test]
+fn the_window_drains_stops_replaces_starts_and_waits_for_ready_in_that_order() {
+    let Some(_shared) = corpus_or_skip("maintenance window") else {
+        return;
+    };
+    let (d, data, table, m) = setup();
+    let before = dir_fingerprint(&table);
+    let api = StandIn::start(d.path(), &table, &[]);
+    write_job(&m, "w", "");
+    let out = run_once(&m, &data, &api.url(), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(&m, "w");
+    assert_eq!(s["phase"], "Complete", "{s:#?}");
+    assert_eq!(s["window"]["step"], "Ready", "{s:#?}");
+    let downtime =
+        s["window"]["readyAt"].as_i64().unwrap() - s["window"]["stoppedAt"].as_i64().unwrap();
+    assert!((0..=300).contains(&downtime), "{downtime}");
+
+    let calls = api.calls();
+    let probe = find(&calls, "/api/v0/probes/cluster", Some(200), 0);
+    assert_eq!(calls[probe]["query"]["consistency_level"], "LOCAL_QUORUM");
+    assert_eq!(calls[probe]["query"]["rf_per_dc"], "3");
+    let flush = find(&calls, "/api/v0/ops/tables/flush", Some(200), probe);
+    let drain = find(&calls, "/api/v0/ops/node/drain", Some(200), flush);
+    let stop = find(&calls, "/api/v0/lifecycle/stop", Some(200), drain);
+    let pid = find(&calls, "/api/v0/lifecycle/pid", Some(204), stop);
+    let start = find(&calls, "/api/v0/lifecycle/start", Some(201), pid);
+    let ready = find(&calls, "/api/v0/probes/readiness", Some(200), start);
+    // The Replace ran between the stop and the start: the parents were live at the stop,
+    // children (and no parent) at the start.
+    assert_eq!(calls[stop]["data"], serde_json::json!(parents()));
+    let at_start: Vec<String> = serde_json::from_value(calls[start]["data"].clone()).unwrap();
+    assert!(
+        !at_start.is_empty() && at_start.iter().all(|n| !parents().contains(n)),
+        "{at_start:?}"
+    );
+    assert!(ready > start);
+    assert!(
+        !calls[..stop]
+            .iter()
+            .any(|c| c["path"] == "/api/v0/lifecycle/start"),
+        "started before the stop"
+    );
+    assert!(api.cassandra_runs());
+    assert_replaced("window", &table, &["1", "2"], &before);
+    let events = std::fs::read_to_string(m.join("events.log")).unwrap_or_default();
+    assert!(
+        events.contains("WindowOpened") && events.contains("WindowClosed"),
+        "{events}"
+    );
+}
+
+#[test]
+fn a_start_that_fails_is_cassandra_start_failed_with_the_data_consistent() {
+    let Some(_shared) = corpus_or_skip("maintenance window") else {
+        return;
+    };
+    let (d, data, table, m) = setup();
+    let before = dir_fingerprint(&table);
+    let api = StandIn::start(d.path(), &table, &["--start-fails"]);
+    write_job(&m, "w", "");
+    let out = run_once(&m, &data, &api.url(), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(&m, "w");
+    assert_eq!(s["phase"], "Failed", "{s:#?}");
+    assert_eq!(s["reason"], "CassandraStartFailed", "{s:#?}");
+    assert_eq!(s["window"]["step"], "Replaced", "{s:#?}");
+    let calls = api.calls();
+    let starts = calls
+        .iter()
+        .filter(|c| c["path"] == "/api/v0/lifecycle/start" && c["status"] == 420)
+        .count();
+    assert_eq!(starts, 3, "the start is retried");
+    // The Replace committed before the start: the live keys are exactly the parents'.
+    assert_replaced("start fails", &table, &["1", "2"], &before);
+    let events = std::fs::read_to_string(m.join("events.log")).unwrap_or_default();
+    assert!(events.contains("CassandraStartFailed"), "{events}");
+}
+
+#[test]
+fn a_sidecar_killed_in_the_window_resumes_and_ends_with_cassandra_started() {
+    let Some(_shared) = corpus_or_skip("maintenance window") else {
+        return;
+    };
+    let (d, data, table, m) = setup();
+    let before = dir_fingerprint(&table);
+    let api = StandIn::start(d.path(), &table, &[]);
+    write_job(&m, "w", "");
+    let out = run_once(
+        &m,
+        &data,
+        &api.url(),
+        &[("CLEAVE_CRASH_AT", "window:stopped")],
+    );
+    assert!(!out.status.success(), "the crash point was not reached");
+    let s = status(&m, "w");
+    assert_eq!(s["window"]["step"], "Stopped", "{s:#?}");
+    assert!(!api.cassandra_runs(), "Cassandra is down after the crash");
+    // The dead sidecar's lease: expired, as 30 s later.
+    let p = m.join("w.status.yaml");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("heartbeatTime:") {
+                format!(
+                    "{}heartbeatTime: 2026-01-01T00:00:00Z",
+                    &l[..l.len() - l.trim_start().len()]
+                )
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&p, text).unwrap();
+    let n = api.calls().len();
+    let out = run_once(&m, &data, &api.url(), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(&m, "w");
+    assert_eq!(s["phase"], "Complete", "{s:#?}");
+    assert_eq!(s["window"]["step"], "Ready", "{s:#?}");
+    let calls = api.calls();
+    let resumed = &calls[n..];
+    assert!(
+        !resumed.iter().any(|c| c["path"] == "/api/v0/ops/node/drain" || c["path"] == "/api/v0/lifecycle/stop"),
+        "the resumed window does not stop again: {resumed:#?}"
+    );
+    let start = find(resumed, "/api/v0/lifecycle/start", Some(201), 0);
+    find(resumed, "/api/v0/probes/readiness", Some(200), start);
+    assert!(api.cassandra_runs());
+    assert_replaced("resumed", &table, &["1", "2"], &before);
+}
+
+#[test]
+fn an_unhealthy_cluster_or_a_budget_too_small_changes_nothing() {
+    let Some(_shared) = corpus_or_skip("maintenance window") else {
+        return;
+    };
+    let (d, data, table, m) = setup();
+    let api = StandIn::start(d.path(), &table, &["--cluster-unhealthy"]);
+    // After the stand-in's start: it adds its own hold file to the table directory.
+    let snap = snapshot(&table);
+    write_job(&m, "sick", "");
+    write_job(&m, "short", "  maxDowntimeSeconds: 30\n");
+    let out = run_once(&m, &data, &api.url(), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(&m, "sick");
+    assert_eq!(s["reason"], "ClusterUnavailable", "{s:#?}");
+    let s = status(&m, "short");
+    assert_eq!(s["reason"], "DowntimeExceeded", "{s:#?}");
+    let calls = api.calls();
+    assert!(
+        !calls.iter().any(|c| c["method"] == "POST"),
+        "nothing but reads (no flush, drain, stop or start): {calls:#?}"
+    );
+    assert!(api.cassandra_runs());
+    assert_eq!(snapshot(&table), snap, "the table changed");
+}
