@@ -422,6 +422,16 @@ impl Drop for KillTree {
     }
 }
 
+/// SIGKILLs a process this test started, by pid, when dropped.
+struct KillPid(i32);
+
+impl Drop for KillPid {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of a pid this test started.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
 /// The sidecar shape: a PID namespace whose PID 1 is another UID's idle process (`pause`,
 /// UID 65535) that cannot reach the table (0750 directories of UID 999), cleave as UID 999
 /// without capabilities in a mount namespace of its own, and Cassandra stand-ins under UID
@@ -467,6 +477,9 @@ fn sidecar_shape_guard_sees_cassandra_and_ignores_pause() {
         }
     }
     let pid1 = pid1.expect("the namespace's PID 1");
+    // setpriv's uid change clears unshare's --kill-child death signal, and a namespace's
+    // init ignores SIGTERM: SIGKILL it by pid when the test ends, even on a failed assert.
+    let _pid1_guard = KillPid(pid1.parse().expect("a pid"));
     // A command in that PID namespace and its /proc.
     let in_pod = |uid: &str, own_mount_ns: bool| {
         let mut c = Command::new("nsenter");
