@@ -35,6 +35,9 @@ enum Command {
     Cleanup(cli::cleanup::CleanupArgs),
     /// Finish or roll back an interrupted `split --publish replace` in a table directory.
     Recover(cli::split::RecoverArgs),
+    /// Publish the `split --publish on-restart` intents under a data directory before
+    /// Cassandra starts (an init container; docs/split.md "Publish on restart").
+    ApplyPending(cli::split::ApplyPendingArgs),
     /// Re-encode an sstable whose first partition is not at position 0 (a dead prefix)
     /// so Cassandra 5.0.5+ compacts it correctly; crash-atomic with `--publish replace`.
     Rewrite(cli::split::RewriteArgs),
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => cli::split::verify(a),
         Command::Cleanup(a) => cli::cleanup::run(a),
         Command::Recover(a) => cli::split::recover(a),
+        Command::ApplyPending(a) => cli::split::apply_pending(a),
         Command::Rewrite(a) => cli::split::rewrite(a),
         Command::Gen(a) => cli::gen::run(a),
         Command::Bench(a) => cli::bench::run(a),

@@ -7,11 +7,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use cleave::reason::Reason;
 use cleave::split::plan::LayoutRequest;
 use cleave::split::publish::{self, Publish};
-use cleave::split::ranges;
 use cleave::split::spec::{Cut, RepairSession, RepairedRanges};
 use cleave::split::{
     self as engine, DigestPolicy, Parent, Policy, RunProgress, SplitError, SplitReport, Target,
 };
+use cleave::split::{intent, ranges};
 use cleave::sstable::table::{CheckLevel, CheckProgress};
 use cleave::sstable::{Component, SSTable};
 
@@ -63,10 +63,14 @@ impl From<DigestArg> for DigestPolicy {
 /// `--publish`: the CLI's spelling of `Publish`.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PublishArg {
-    /// Leave the children in `--out` for `nodetool import`; the parent is untouched.
+    /// Leave the children in `--out` for `nodetool import --keep-repaired`; the parent is
+    /// untouched.
     Stage,
     /// Children into the parent's table directory and the parent out, atomically.
     Replace,
+    /// Children staged in the table's `.cleave-pending/<job-uid>/` with an intent,
+    /// published by `cleave apply-pending` before Cassandra's next start.
+    OnRestart,
 }
 
 impl From<PublishArg> for Publish {
@@ -74,6 +78,7 @@ impl From<PublishArg> for Publish {
         match a {
             PublishArg::Stage => Publish::Stage,
             PublishArg::Replace => Publish::Replace,
+            PublishArg::OnRestart => Publish::OnRestart,
         }
     }
 }
@@ -131,8 +136,16 @@ pub struct SplitArgs {
     pub target_cassandra: cleave::sstable::cassandra::TargetCassandra,
     #[arg(long, value_enum, default_value = "off")]
     pub digest: DigestArg,
+    /// `stage`: children into `--out` for `nodetool import --keep-repaired`; `replace`:
+    /// swapped in for the parent (Cassandra stopped); `on-restart`: staged in the table's
+    /// `.cleave-pending/<job-uid>/` with an intent, published by `cleave apply-pending`
+    /// before Cassandra's next start (`--out` is the table directory).
     #[arg(long, value_enum, default_value = "stage")]
     pub publish: PublishArg,
+    /// With `--publish on-restart`: the job's uid (letters, digits, '-', '_'); default a
+    /// fresh UUID.
+    #[arg(long)]
+    pub job_uid: Option<String>,
     /// Anticompaction runs touching fewer chunks than this merge into one regrid child per label.
     #[arg(long, default_value_t = 8)]
     pub merge_below_chunks: u64,
@@ -200,6 +213,28 @@ fn cut_from_args(a: &SplitArgs, t: &SSTable) -> Result<Cut> {
 pub use super::failure::Failed;
 
 pub fn run(a: SplitArgs) -> Result<ExitCode> {
+    if a.publish == PublishArg::OnRestart {
+        return match split_on_restart(&a) {
+            Ok(r) => {
+                if a.json {
+                    println!("{}", serde_json::to_string_pretty(&r)?);
+                } else {
+                    println!(
+                        "{}: {} children staged for job {}, published by `cleave apply-pending` before Cassandra's next start",
+                        r.split.parent.display(),
+                        r.split.children.len(),
+                        r.job_uid
+                    );
+                    println!("  intent: {}", r.intent.display());
+                    for c in &r.split.children {
+                        println!("  {}: {} partitions", c.path.display(), c.partitions);
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(f) => Ok(f.print(a.json)),
+        };
+    }
     match split(&a) {
         Ok(report) => {
             if a.json {
@@ -222,7 +257,7 @@ pub struct RewriteArgs {
     /// The sstable's Data.db (or any of its components).
     pub sstable: PathBuf,
     /// `replace` (the default; Cassandra must be stopped) swaps the rewritten sstable in
-    /// for the original; `stage` writes it beside, for `nodetool import`.
+    /// for the original; `stage` writes it beside, for `nodetool import --keep-repaired`.
     #[arg(long, value_enum, default_value = "replace")]
     pub publish: PublishArg,
     /// Where `stage` writes (default: the table directory).
@@ -280,11 +315,66 @@ pub fn rewrite(a: RewriteArgs) -> Result<ExitCode> {
         digest: a.digest,
         merge_below_chunks: 0,
         publish: a.publish,
+        job_uid: None,
         dry_run: false,
         json: a.json,
         single: true,
     };
     run(args)
+}
+
+fn policy_of(a: &SplitArgs) -> Policy {
+    Policy {
+        layout: LayoutRequest::from(a.layout).layout(),
+        allow_padded: a.target_data_access == DataAccess::Standard,
+        digest: a.digest.into(),
+        merge_below_chunks: a.merge_below_chunks,
+        throttle: None,
+        target: a.target_cassandra,
+    }
+}
+
+/// `--publish on-restart`: stage and record the intent (`split::intent`).
+fn split_on_restart(a: &SplitArgs) -> Result<intent::PendReport, Failed> {
+    if a.dry_run {
+        return Err(Failed::invalid(
+            &a.parent,
+            "--dry-run with --publish on-restart: use --publish stage --dry-run to see the plan",
+        ));
+    }
+    let job_uid = a
+        .job_uid
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string());
+    let target = Target {
+        out_dir: a.out.clone(),
+        publish: Publish::OnRestart,
+        dry_run: false,
+    };
+    let lock = engine::lock(&a.parent, &target).map_err(SplitError::from)?;
+    let parent = Parent::open(&a.parent).map_err(SplitError::from)?;
+    let cut = cut_from_args(a, parent.table()).map_err(|e| Failed {
+        reason: Reason::InvalidRequest,
+        message: format!("{e:#}"),
+        path: a.ranges.clone().unwrap_or_else(|| a.parent.clone()),
+    })?;
+    // --out must be the table directory: checked before writing, as Replace does.
+    let table = std::fs::canonicalize(parent.dir()).map_err(|e| Failed::io(parent.dir(), e))?;
+    let out = std::fs::canonicalize(&a.out).map_err(|e| Failed::io(&a.out, e))?;
+    if out != table {
+        return Err(SplitError::from(engine::PublishError::NotTableDir {
+            table_dir: table,
+            out,
+        })
+        .into());
+    }
+    Ok(intent::split_pending(
+        &parent,
+        &cut,
+        &policy_of(a),
+        &job_uid,
+        &lock,
+    )?)
 }
 
 fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
@@ -300,14 +390,7 @@ fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
         message: format!("{e:#}"),
         path: a.ranges.clone().unwrap_or_else(|| a.parent.clone()),
     })?;
-    let policy = Policy {
-        layout: LayoutRequest::from(a.layout).layout(),
-        allow_padded: a.target_data_access == DataAccess::Standard,
-        digest: a.digest.into(),
-        merge_below_chunks: a.merge_below_chunks,
-        throttle: None,
-        target: a.target_cassandra,
-    };
+    let policy = policy_of(a);
     let index_len = parent.table().size_of(&Component::Index).unwrap_or(0);
     let bar = super::progress::bytes_bar(2 * index_len, "splitting");
     let r = engine::run(&parent, &cut, &policy, &target, &lock, &mut |p| match p {
@@ -541,6 +624,73 @@ pub fn recover(a: RecoverArgs) -> Result<ExitCode> {
                 },
                 x.removed.join(", ")
             );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+pub struct ApplyPendingArgs {
+    /// Cassandra's data directory (`data_file_directories`, e.g. /var/lib/cassandra/data),
+    /// or one keyspace or table directory under it.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Check everything, change nothing, print what a run would do.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cleave apply-pending`: publishes the `--publish on-restart` intents under `--data-dir`
+/// before Cassandra starts (an init container). Exit 0 when the run finished, whatever the
+/// jobs' outcomes (a `ParentChanged` job is recorded, not an error of the run); 1 with
+/// `error[<Reason>]` when it refused (`CassandraRunning`, `CassandraMayBeRunning`, `Busy`)
+/// or failed, with nothing changed before the failing step.
+pub fn apply_pending(a: ApplyPendingArgs) -> Result<ExitCode> {
+    let opts = intent::ApplyOptions { dry_run: a.dry_run };
+    let r = match intent::run_on_restart(&a.data_dir, &opts) {
+        Ok(r) => r,
+        Err(e) => return Ok(Failed::from(SplitError::from(e)).print(a.json)),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if r.jobs.is_empty() {
+        println!("{}: nothing pending", a.data_dir.display());
+    }
+    for x in &r.recovered {
+        println!("{}: interrupted transaction finished", x.log.display());
+    }
+    for j in &r.jobs {
+        match j {
+            intent::JobAction::Applied { outcome } | intent::JobAction::WouldApply { outcome } => {
+                let would = if a.dry_run { "would be " } else { "" };
+                match &outcome.result {
+                    intent::OutcomeResult::Complete { parents, children } => println!(
+                        "{}: job {} {would}published: {} replaced by {} children",
+                        outcome.table_dir.display(),
+                        outcome.job_uid,
+                        parents.join(", "),
+                        children.len()
+                    ),
+                    intent::OutcomeResult::Failed { reason, message } => println!(
+                        "{}: job {} {would}failed[{reason}]: {message}",
+                        outcome.table_dir.display(),
+                        outcome.job_uid
+                    ),
+                }
+            }
+            intent::JobAction::AlreadyDone { job_uid } => {
+                println!("job {job_uid}: already applied (outcome recorded)")
+            }
+            intent::JobAction::RemovedIncomplete { dir } => {
+                println!(
+                    "{}: incomplete staging without intent removed",
+                    dir.display()
+                )
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

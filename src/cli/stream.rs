@@ -48,7 +48,7 @@ pub struct ReceiverFlags {
     pub insecure_plaintext: bool,
     #[arg(long = "stream-max-transfers", default_value_t = 2)]
     pub max_transfers: usize,
-    /// Run after every check for `import: Import`, e.g. "nodetool import {keyspace} {table} {dir}".
+    /// Run after every check for `import: Import`, e.g. "nodetool import --keep-repaired {keyspace} {table} {dir}".
     #[arg(long = "stream-import-command")]
     pub import_command: Option<String>,
     /// Only these tables: `ks.table,ks2.*`.

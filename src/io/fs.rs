@@ -79,3 +79,27 @@ pub fn used_bytes(path: &Path) -> std::io::Result<u64> {
         .saturating_sub(st.blocks_free() as u64)
         .saturating_mul(st.fragment_size() as u64))
 }
+
+/// Writes `bytes` to `path` so that after a crash the file is either absent (or its old
+/// contents) or complete: a temporary file beside it, fsynced, renamed over `path`, the
+/// directory fsynced. Fault points `<what>:tmp-written`, `<what>:renamed` (`io::fault`).
+pub fn write_durable(path: &Path, bytes: &[u8], what: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    super::fault::point(&format!("{what}:tmp-written"));
+    std::fs::rename(&tmp, path)?;
+    super::fault::point(&format!("{what}:renamed"));
+    sync_dir(dir)
+}

@@ -10,6 +10,7 @@
 //! some sandboxes), and the caller decides whether that is fatal.
 
 use std::io::{Error, ErrorKind, Result};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const STATUS: &str = "/proc/self/status";
@@ -231,8 +232,12 @@ pub struct ProcFacts {
     /// container's init): nothing outside the container is visible.
     pub pid1_is_our_container: bool,
     pub processes: usize,
-    /// Processes whose `/proc/<pid>/fd` could not be read (pid, error).
+    /// Processes whose `/proc/<pid>/fd` could not be read (pid, error) and that could hold
+    /// files of the volume ([`could_hold`]).
     pub unreadable: Vec<(u32, String)>,
+    /// Processes whose `/proc/<pid>/fd` could not be read but that cannot hold files of the
+    /// volume: the pod's `pause`, another container's tools (pid, why).
+    pub ignored: Vec<(u32, String)>,
 }
 
 pub fn judge_visibility(f: &ProcFacts) -> Visibility {
@@ -246,7 +251,7 @@ pub fn judge_visibility(f: &ProcFacts) -> Visibility {
     }
     if let Some((pid, e)) = f.unreadable.first() {
         return Visibility::Limited(format!(
-            "cannot read the open files of {} process(es), e.g. /proc/{pid}/fd: {e}. Run the sidecar as the Cassandra user or root with CAP_SYS_PTRACE",
+            "cannot read the open files of {} process(es) that could hold files of the data volume, e.g. /proc/{pid}/fd: {e}. Run cleave as the Cassandra user, or give it CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE (both: listing another user's /proc/<pid>/fd needs the first, reading its links the second; docs/split.md)",
             f.unreadable.len()
         ));
     }
@@ -255,7 +260,7 @@ pub fn judge_visibility(f: &ProcFacts) -> Visibility {
     }
 }
 
-fn ns_inode(link: &std::path::Path) -> Option<u64> {
+fn ns_inode(link: &Path) -> Option<u64> {
     // "pid:[4026531836]"
     let t = std::fs::read_link(link).ok()?;
     let t = t.to_str()?;
@@ -267,12 +272,215 @@ pub fn probe_visibility() -> Visibility {
     judge_visibility(&proc_facts())
 }
 
+/// [`probe_visibility`] for the data directories `dirs`: a process whose fds cannot be read
+/// counts only if it [`could_hold`] files under one of them.
+pub fn probe_visibility_for(dirs: &[&Path]) -> Visibility {
+    judge_visibility(&proc_facts_for(dirs))
+}
+
 pub fn proc_facts() -> ProcFacts {
+    proc_facts_for(&[])
+}
+
+/// Linux capability bits (include/uapi/linux/capability.h).
+pub const CAP_DAC_OVERRIDE: u32 = 1;
+pub const CAP_DAC_READ_SEARCH: u32 = 2;
+pub const CAP_SYS_PTRACE: u32 = 19;
+pub const CAP_SYS_ADMIN: u32 = 21;
+
+/// The credentials of a process that decide what it can reach, from `/proc/<pid>/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Creds {
+    /// Filesystem uid and gid (the fourth column of `Uid:`/`Gid:`): what path lookups use.
+    pub fsuid: u32,
+    pub fsgid: u32,
+    pub groups: Vec<u32>,
+    /// `CapEff`, the effective capability set.
+    pub cap_eff: u64,
+}
+
+impl Creds {
+    pub fn has_cap(&self, cap: u32) -> bool {
+        self.cap_eff & (1u64 << cap) != 0
+    }
+}
+
+/// Parses the `Uid:`, `Gid:`, `Groups:` and `CapEff:` lines of `/proc/<pid>/status`.
+pub fn parse_creds(status: &str) -> Option<Creds> {
+    let field = |name: &str| {
+        status.lines().find_map(|l| {
+            l.strip_prefix(name)
+                .and_then(|r| r.strip_prefix(':'))
+                .map(str::trim)
+        })
+    };
+    let fs_id =
+        |name: &str| -> Option<u32> { field(name)?.split_whitespace().nth(3)?.parse().ok() };
+    Some(Creds {
+        fsuid: fs_id("Uid")?,
+        fsgid: fs_id("Gid")?,
+        groups: field("Groups")
+            .unwrap_or("")
+            .split_whitespace()
+            .filter_map(|g| g.parse().ok())
+            .collect(),
+        cap_eff: u64::from_str_radix(field("CapEff")?, 16).ok()?,
+    })
+}
+
+/// What it takes to reach a data directory: the device of its filesystem and the owner,
+/// group and mode of every directory from that filesystem's mount point down to it (the
+/// part of the path that is the same in every mount namespace that has the volume).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeAccess {
+    pub dir: PathBuf,
+    /// `major:minor` as `/proc/<pid>/mountinfo` writes it.
+    pub dev: (u32, u32),
+    /// (uid, gid, mode) of each directory, mount point first.
+    pub components: Vec<(u32, u32, u32)>,
+}
+
+/// [`VolumeAccess`] of `dir`, from `stat` and our own `/proc/self/mountinfo`.
+pub fn volume_access(dir: &Path) -> Result<VolumeAccess> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = std::fs::canonicalize(dir)?;
+    let dev = std::fs::metadata(&dir)?.dev();
+    let dev = (libc::major(dev), libc::minor(dev));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // The deepest mount of that device whose mount point is a prefix of dir.
+    let top = mountinfo_entries(&mounts)
+        .filter(|m| m.dev == dev && dir.starts_with(&m.mount_point))
+        .map(|m| m.mount_point)
+        .max_by_key(|p| p.components().count())
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let mut components = Vec::new();
+    let mut p = dir.as_path();
+    loop {
+        let m = std::fs::metadata(p)?;
+        components.push((m.uid(), m.gid(), m.mode()));
+        if p == top {
+            break;
+        }
+        match p.parent() {
+            Some(q) => p = q,
+            None => break,
+        }
+    }
+    components.reverse();
+    Ok(VolumeAccess {
+        dir,
+        dev,
+        components,
+    })
+}
+
+struct MountEntry {
+    dev: (u32, u32),
+    mount_point: PathBuf,
+}
+
+/// The lines of a mountinfo (proc(5): `id parent major:minor root mount-point ...`).
+fn mountinfo_entries(text: &str) -> impl Iterator<Item = MountEntry> + '_ {
+    text.lines().filter_map(|l| {
+        let mut w = l.split_whitespace();
+        let dev = w.nth(2)?;
+        let (ma, mi) = dev.split_once(':')?;
+        let mount_point = w.nth(1)?;
+        Some(MountEntry {
+            dev: (ma.parse().ok()?, mi.parse().ok()?),
+            mount_point: PathBuf::from(unescape_mountinfo(mount_point)),
+        })
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            let oct = std::str::from_utf8(&b[i + 1..i + 4]).ok();
+            if let Some(v) = oct.and_then(|o| u8::from_str_radix(o, 8).ok()) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether a process whose open files cannot be read could still hold files of the volume
+/// `v`: it must be able to *reach* the volume — the volume's filesystem is in its
+/// `mountinfo` (`None`: unreadable, so assumed), or it is privileged enough to enter
+/// another mount namespace (CAP_SYS_ADMIN, CAP_SYS_PTRACE) — and to *search* down to the
+/// data directory (execute permission on every directory from the mount point, by its
+/// fsuid/fsgid/groups, or CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH). The pod's `pause`
+/// (another UID, its own root filesystem only) and the tools of a container that does not
+/// mount the volume fail the first; a process of another UID that mounts it but may not
+/// enter `0700` directories fails the second.
+pub fn could_hold(c: &Creds, mountinfo: Option<&str>, v: &VolumeAccess) -> bool {
+    let reach = c.has_cap(CAP_SYS_ADMIN)
+        || c.has_cap(CAP_SYS_PTRACE)
+        || mountinfo.is_none_or(|m| mountinfo_entries(m).any(|e| e.dev == v.dev));
+    let search = c.has_cap(CAP_DAC_OVERRIDE)
+        || c.has_cap(CAP_DAC_READ_SEARCH)
+        || v.components.iter().all(|&(uid, gid, mode)| {
+            if c.fsuid == uid {
+                mode & 0o100 != 0
+            } else if c.fsgid == gid || c.groups.contains(&gid) {
+                mode & 0o010 != 0
+            } else {
+                mode & 0o001 != 0
+            }
+        });
+    reach && search
+}
+
+/// Why a process cannot hold files of any of `vols`, or `None` if it could (or if its
+/// status cannot be read: then it counts, to be safe).
+fn cannot_hold(pid_dir: &Path, vols: &[VolumeAccess]) -> Option<String> {
+    if vols.is_empty() {
+        return None;
+    }
+    let status = std::fs::read_to_string(pid_dir.join("status")).ok()?;
+    let creds = parse_creds(&status)?;
+    let mountinfo = std::fs::read_to_string(pid_dir.join("mountinfo")).ok();
+    if vols
+        .iter()
+        .any(|v| could_hold(&creds, mountinfo.as_deref(), v))
+    {
+        return None;
+    }
+    Some(format!(
+        "uid {} without access to {}",
+        creds.fsuid,
+        vols.iter()
+            .map(|v| v.dir.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// [`proc_facts`], judging unreadable processes by [`could_hold`] for `dirs` (none: every
+/// unreadable process counts).
+pub fn proc_facts_for(dirs: &[&Path]) -> ProcFacts {
+    // A directory that cannot be stat'ed gives no rule: its unreadable processes count.
+    let vols: Vec<VolumeAccess> = dirs.iter().filter_map(|d| volume_access(d).ok()).collect();
+    let vols = if vols.len() == dirs.len() {
+        vols
+    } else {
+        Vec::new()
+    };
     let me = std::process::id();
     let own_mnt = ns_inode(std::path::Path::new("/proc/self/ns/mnt"));
     let pid1_mnt = ns_inode(std::path::Path::new("/proc/1/ns/mnt"));
     let mut processes = 0;
     let mut unreadable = Vec::new();
+    let mut ignored = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.filter_map(|e| e.ok()) {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
@@ -285,7 +493,10 @@ pub fn proc_facts() -> ProcFacts {
             if let Err(err) = std::fs::read_dir(e.path().join("fd")) {
                 // A process that exited between the listing and now is not a holder.
                 if err.kind() != ErrorKind::NotFound {
-                    unreadable.push((pid, err.to_string()));
+                    match cannot_hold(&e.path(), &vols) {
+                        Some(why) => ignored.push((pid, why)),
+                        None => unreadable.push((pid, err.to_string())),
+                    }
                 }
             }
         }
@@ -295,6 +506,7 @@ pub fn proc_facts() -> ProcFacts {
         pid1_is_our_container: me == 1 || (own_mnt.is_some() && own_mnt == pid1_mnt),
         processes,
         unreadable,
+        ignored,
     }
 }
 
@@ -308,6 +520,7 @@ mod visibility_tests {
             pid1_is_our_container: true,
             processes: 200,
             unreadable: vec![],
+            ignored: vec![],
         }
     }
 
@@ -345,6 +558,118 @@ mod visibility_tests {
         assert!(
             matches!(judge_visibility(&f), Visibility::Limited(m) if m.contains("/proc/42/fd") && m.contains("CAP_SYS_PTRACE"))
         );
+    }
+
+    const STATUS_999: &str = "Name:\tjava\nUid:\t999\t999\t999\t999\nGid:\t999\t999\t999\t999\nGroups:\t999 \nCapEff:\t0000000000000000\n";
+    const MOUNTINFO_VOLUME: &str = "22 1 0:21 / / rw - overlay overlay rw\n1200 22 259:3 /pvc-1 /var/lib/cassandra rw,relatime - xfs /dev/nvme1n1 rw\n";
+    const MOUNTINFO_PAUSE: &str =
+        "22 1 0:21 / / rw - overlay overlay rw\n23 22 0:5 / /dev rw - tmpfs tmpfs rw\n";
+
+    fn volume() -> VolumeAccess {
+        VolumeAccess {
+            dir: "/var/lib/cassandra/data/ks/t".into(),
+            dev: (259, 3),
+            // mount point, data, ks, t: UID 999, 0750 below the mount point.
+            components: vec![
+                (999, 999, 0o40755),
+                (999, 999, 0o40750),
+                (999, 999, 0o40750),
+                (999, 999, 0o40750),
+            ],
+        }
+    }
+
+    #[test]
+    fn parses_credentials() {
+        let c = parse_creds(STATUS_999).unwrap();
+        assert_eq!(
+            (c.fsuid, c.fsgid, c.groups.clone(), c.cap_eff),
+            (999, 999, vec![999], 0)
+        );
+        let root =
+            parse_creds("Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\nCapEff:\t0000000000080004\n")
+                .unwrap();
+        assert!(root.has_cap(CAP_SYS_PTRACE) && root.has_cap(CAP_DAC_READ_SEARCH));
+        assert!(!root.has_cap(CAP_SYS_ADMIN));
+        assert_eq!(parse_creds("Uid:\t1\n"), None);
+    }
+
+    #[test]
+    fn pause_and_tools_without_the_volume_cannot_hold_it() {
+        let v = volume();
+        let pause = Creds {
+            fsuid: 65535,
+            fsgid: 65535,
+            groups: vec![],
+            cap_eff: 0,
+        };
+        assert!(
+            !could_hold(&pause, Some(MOUNTINFO_PAUSE), &v),
+            "no mount of the volume"
+        );
+        // Even with the volume mounted, it cannot enter 0750 directories of UID 999.
+        assert!(!could_hold(&pause, Some(MOUNTINFO_VOLUME), &v));
+        // Cassandra's UID with the volume mounted can.
+        let cass = parse_creds(STATUS_999).unwrap();
+        assert!(could_hold(&cass, Some(MOUNTINFO_VOLUME), &v));
+        assert!(
+            !could_hold(&cass, Some(MOUNTINFO_PAUSE), &v),
+            "its own mount namespace, no volume"
+        );
+        // Another UID in Cassandra's group: group bits.
+        let grp = Creds {
+            fsuid: 1000,
+            fsgid: 5,
+            groups: vec![999],
+            cap_eff: 0,
+        };
+        assert!(could_hold(&grp, Some(MOUNTINFO_VOLUME), &v));
+        // An unreadable mountinfo counts as having the volume.
+        assert!(could_hold(&cass, None, &v));
+    }
+
+    #[test]
+    fn privileged_processes_count_wherever_they_are() {
+        let v = volume();
+        let cap = |bits: &[u32]| Creds {
+            fsuid: 0,
+            fsgid: 0,
+            groups: vec![],
+            cap_eff: bits.iter().map(|b| 1u64 << b).sum(),
+        };
+        // CAP_SYS_ADMIN reaches any mount namespace, CAP_DAC_READ_SEARCH any directory.
+        assert!(could_hold(
+            &cap(&[CAP_SYS_ADMIN, CAP_DAC_READ_SEARCH]),
+            Some(MOUNTINFO_PAUSE),
+            &v
+        ));
+        assert!(could_hold(
+            &cap(&[CAP_SYS_PTRACE, CAP_DAC_OVERRIDE]),
+            Some(MOUNTINFO_PAUSE),
+            &v
+        ));
+        // Reach without search (root without DAC capabilities, 0750 of UID 999): no.
+        assert!(!could_hold(
+            &cap(&[CAP_SYS_ADMIN]),
+            Some(MOUNTINFO_PAUSE),
+            &v
+        ));
+        // Search without reach: no.
+        assert!(!could_hold(
+            &cap(&[CAP_DAC_OVERRIDE]),
+            Some(MOUNTINFO_PAUSE),
+            &v
+        ));
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(
+            unescape_mountinfo("/var/lib/with\\040space"),
+            "/var/lib/with space"
+        );
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+        assert_eq!(unescape_mountinfo("/end\\04"), "/end\\04");
     }
 
     #[test]

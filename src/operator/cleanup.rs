@@ -43,6 +43,7 @@ impl Kind for CleanupJob {
         decide::check_rate(spec.max_bytes_per_second)
             .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
         decide::check_node_label(self.labels(), &spec.node_name)?;
+        decide::check_publish(spec.publish)?;
         match (spec.ownership, spec.owned_ranges.is_empty()) {
             (Ownership::Ranges, true) => Err(Failure::new(
                 Reason::InvalidSpec,
@@ -201,7 +202,8 @@ impl CleanupJob {
                     break;
                 }
                 let out_dir = match spec.publish {
-                    Publish::Replace => None,
+                    // Refused by validate; the engine refuses it again.
+                    Publish::Replace | Publish::OnRestart => None,
                     Publish::Stage => {
                         let o = t.join(STAGED_DIR).join(&name);
                         if o.is_dir() {
@@ -219,10 +221,7 @@ impl CleanupJob {
                         target,
                         ..Policy::default()
                     },
-                    publish: match spec.publish {
-                        Publish::Replace => crate::split::publish::Publish::Replace,
-                        Publish::Stage => crate::split::publish::Publish::Stage,
-                    },
+                    publish: spec.publish,
                     out_dir: out_dir.clone(),
                     dry_run: spec.dry_run,
                     gate: gate.clone(),

@@ -108,7 +108,7 @@ pub struct AnticompactionJobSpec {
     #[serde(default)]
     pub digest: DigestPolicy,
     /// `Stage` (default): children in `<table>/cleave-staged/<job>/`, parents kept, for
-    /// `nodetool import`. `Replace`: children replace their parents atomically (Cassandra
+    /// `nodetool import --keep-repaired`. `Replace`: children replace their parents atomically (Cassandra
     /// stopped).
     #[serde(default)]
     pub publish: Publish,
@@ -323,7 +323,8 @@ pub struct RangeStreamSpec {
     pub max_bytes_per_second: Option<u64>,
     /// What the receiver does with the checked children: `None` (default; receiver
     /// staging), `Staging` (the table's staging directory), `Import` (runs its
-    /// `--stream-import-command`).
+    /// `--stream-import-command`, which must keep the repair state:
+    /// `nodetool import --keep-repaired`).
     #[serde(default)]
     pub import: Import,
     /// The Cassandra release that will read the children (`4.1`, `5.0.5`, ...). Unset:

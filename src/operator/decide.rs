@@ -87,6 +87,7 @@ pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), Failure> {
         (None, Some(u)) if uuid::Uuid::parse_str(u).is_err() => return bad(Reason::InvalidRepairMetadata, format!("spec.pendingRepair {u:?} is not a UUID")),
         _ => {}
     }
+    check_publish(spec.publish)?;
     if spec.parallelism == Some(0) {
         return bad(
             Reason::InvalidSpec,
@@ -100,6 +101,19 @@ pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), Failure> {
                 format!("spec.ttlSecondsAfterFinished {t} is negative"),
             );
         }
+    }
+    Ok(())
+}
+
+/// `publish: OnRestart` is the CLI's (`cleave split --publish on-restart`, then `cleave
+/// apply-pending` in an init container) until the operator records intents and reads
+/// their outcomes; a job asking for it is refused before anything is written.
+pub fn check_publish(p: crate::split::publish::Publish) -> Result<(), Failure> {
+    if p == crate::split::publish::Publish::OnRestart {
+        return Err(Failure::new(
+            Reason::InvalidSpec,
+            "spec.publish: OnRestart is not handled by the operator yet: use Stage (then `nodetool import --keep-repaired`) or Replace, or `cleave split --publish on-restart` on the node (docs/split.md \"Publish on restart\")",
+        ));
     }
     Ok(())
 }

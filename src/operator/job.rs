@@ -14,7 +14,7 @@ use crate::reason::Reason;
 use crate::split::plan::LayoutRequest;
 use crate::split::publish::{self, Publish};
 use crate::split::spec::Cut;
-use crate::split::{self, Parent, Policy, SplitError, SplitReport, Target};
+use crate::split::{self, Parent, Policy, PublishError, SplitError, SplitReport, Target};
 use crate::sstable::statistics::Statistics;
 use crate::sstable::{Component, Descriptor, Format};
 
@@ -300,25 +300,14 @@ pub fn check_space(
 /// `publish: Replace` needs Cassandra stopped: refused unless this sidecar can see every
 /// process of the node (or the pod) and none holds the table's files.
 pub fn check_replace(dirs: &[PathBuf]) -> Result<(), Failure> {
-    use crate::io::proc::{probe_visibility, Visibility};
-    if let Visibility::Limited(why) = probe_visibility() {
-        return Err(Failure::new(
-            Reason::CassandraMayBeRunning,
-            format!("publish: Replace refused: {why}. Or use publish: Stage and import the children with `nodetool import` into a running Cassandra (docs/operator.md)"),
-        ));
-    }
-    for d in dirs {
-        if let Some((pid, cmd)) = publish::processes_holding(d).first() {
-            return Err(Failure::new(
-                Reason::CassandraRunning,
-                format!(
-                    "publish: Replace refused: process {pid} ({cmd}) holds files under {}; stop Cassandra first (docs/operator.md) or use publish: Stage",
-                    d.display()
-                ),
-            ));
-        }
-    }
-    Ok(())
+    let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    crate::split::guard::ensure_no_cassandra(&dirs).map_err(|e| {
+        let hint = match e {
+            PublishError::CassandraRunning { .. } => "stop Cassandra first (docs/operator.md) or use publish: Stage",
+            _ => "or use publish: Stage and import the children with `nodetool import --keep-repaired` into a running Cassandra (docs/operator.md)",
+        };
+        Failure::new(e.reason(), format!("publish: Replace refused: {e}; {hint}"))
+    })
 }
 
 /// The Cassandra that reads a resource's children: its `spec.targetCassandra`, else the
@@ -345,7 +334,8 @@ fn split_one(
     let table_dir = parent.parent().map(Path::to_path_buf).unwrap_or_default();
     let out_dir = match spec.publish {
         _ if spec.dry_run => table_dir.clone(),
-        Publish::Replace => table_dir.clone(),
+        // OnRestart is refused by validate_spec.
+        Publish::Replace | Publish::OnRestart => table_dir.clone(),
         Publish::Stage => table_dir.join(STAGED_DIR).join(job_name),
     };
     // --out must exist to be locked; a job refused before writing removes what it created.

@@ -357,6 +357,13 @@ pub fn cleanup(
             }
             table_dir.to_path_buf()
         }
+        (Publish::OnRestart, _) => {
+            return Err(invalid(
+                "cleanup --publish on-restart is not supported: use --publish stage or replace"
+                    .into(),
+            )
+            .into())
+        }
         (Publish::Stage, None) => {
             return Err(invalid(
                 "--publish stage needs --out DIR (a directory on the table's filesystem, not the table directory)".into(),
@@ -555,6 +562,8 @@ pub fn cleanup(
         }
         Publish::Stage if children.is_empty() => publish::Published::default(),
         Publish::Stage => publish::stage_all(&out_dir, &children)?,
+        // Refused with the out directory above.
+        Publish::OnRestart => publish::Published::default(),
     };
     drop(lock);
     let mut finals = published.data_paths.into_iter();

@@ -186,14 +186,20 @@ impl CheckError {
 pub enum PublishError {
     #[error("--publish replace needs --out to be the parent's table directory {table_dir} (got {out})", table_dir = .table_dir.display(), out = .out.display())]
     NotTableDir { table_dir: PathBuf, out: PathBuf },
-    #[error("process {pid} ({cmd}) has files under {dir} open or mapped: replace needs the node's Cassandra stopped (it would not see the children and could reuse their generation ids); use --publish stage and nodetool import instead", dir = .dir.display())]
+    #[error("process {pid} ({cmd}) has files under {dir} open or mapped: replace needs the node's Cassandra stopped (it would not see the children and could reuse their generation ids); use --publish stage and nodetool import --keep-repaired instead", dir = .dir.display())]
     CassandraRunning { dir: PathBuf, pid: u32, cmd: String },
+    /// `split::guard`: cleave cannot see every process that could hold files under `dir`.
+    #[error("{dir}: cannot rule out a running Cassandra: {why}", dir = .dir.display())]
+    CassandraMayBeRunning { dir: PathBuf, why: String },
     #[error(transparent)]
     Format(#[from] FormatError),
     /// Another cleave holds the table directory or `--out` (`split::lock`, taken before the
     /// parent is opened and held until its children are published).
     #[error("{0}")]
     Busy(#[from] LockError),
+    /// `split::intent`: a job uid, intent or outcome cleave will not act on.
+    #[error("{path}: {what}", path = .path.display())]
+    Pending { path: PathBuf, what: String },
     /// A transaction log cleave will not act on: nothing it names was deleted.
     #[error("{log}: refused, nothing deleted: {what}", log = .log.display())]
     Log { log: PathBuf, what: String },
@@ -219,11 +225,13 @@ impl PublishError {
         match self {
             PublishError::NotTableDir { .. } => Reason::InvalidRequest,
             PublishError::CassandraRunning { .. } => Reason::CassandraRunning,
+            PublishError::CassandraMayBeRunning { .. } => Reason::CassandraMayBeRunning,
             PublishError::Format(e) => format_reason(e),
             PublishError::Busy(LockError::Busy { .. }) => Reason::Busy,
             PublishError::Busy(LockError::Io { error, .. }) => Reason::of_io(error),
             // A log whose records name files outside its table, or that does not parse.
             PublishError::Log { .. } => Reason::CorruptSSTable,
+            PublishError::Pending { .. } => Reason::InvalidRequest,
             PublishError::Blocked { blocked, .. } => blocked
                 .first()
                 .map_or(Reason::IoError, |b| Reason::of_io(&b.error)),
@@ -232,10 +240,12 @@ impl PublishError {
     pub fn path(&self) -> &Path {
         match self {
             PublishError::NotTableDir { out, .. } => out,
-            PublishError::CassandraRunning { dir, .. } => dir,
+            PublishError::CassandraRunning { dir, .. }
+            | PublishError::CassandraMayBeRunning { dir, .. } => dir,
             PublishError::Format(e) => format_path(e),
             PublishError::Busy(LockError::Busy { dir, .. } | LockError::Io { dir, .. }) => dir,
             PublishError::Log { log, .. } => log,
+            PublishError::Pending { path, .. } => path,
             PublishError::Blocked { blocked, .. } => {
                 blocked.first().map_or(Path::new(""), |b| b.path.as_path())
             }

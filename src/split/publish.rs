@@ -32,11 +32,14 @@ pub const STAGING_PREFIX: &str = ".cleave-staging-";
     schemars::JsonSchema,
 )]
 pub enum Publish {
-    /// Leave the children in `--out` for `nodetool import`; the parent is untouched.
+    /// Leave the children in `--out` for `nodetool import --keep-repaired`; the parent is untouched.
     #[default]
     Stage,
     /// Children into the parent's table directory and the parent out, atomically.
     Replace,
+    /// Children staged in the table's pending directory with an intent; `cleave
+    /// apply-pending` publishes them before Cassandra's next start (`split::intent`).
+    OnRestart,
 }
 
 impl Publish {
@@ -45,6 +48,7 @@ impl Publish {
         match self {
             Publish::Stage => "stage",
             Publish::Replace => "replace",
+            Publish::OnRestart => "on-restart",
         }
     }
 

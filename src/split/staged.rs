@@ -150,8 +150,9 @@ impl Staged<Unchecked> {
 }
 
 /// What `Replace` needs before anything is written: `--out` is the parent's table directory
-/// and no process holds files under it (a live Cassandra would not see the children and
-/// could reuse their generation ids). `publish` asks again.
+/// and no process holds files under it, nor could one we cannot see (`split::guard`: a live
+/// Cassandra would not see the children and could reuse their generation ids). `publish`
+/// asks again.
 pub fn preflight(parent: &Parent, out_dir: &Path, mode: Publish) -> Result<(), PublishError> {
     if mode != Publish::Replace {
         return Ok(());
@@ -165,10 +166,7 @@ pub fn preflight(parent: &Parent, out_dir: &Path, mode: Publish) -> Result<(), P
             out: a,
         });
     }
-    if let Some((pid, cmd)) = publish::processes_holding(&b).into_iter().next() {
-        return Err(PublishError::CassandraRunning { dir: b, pid, cmd });
-    }
-    Ok(())
+    super::guard::ensure_no_cassandra(&[&b])
 }
 
 impl Staged<Checked> {
@@ -185,6 +183,13 @@ impl Staged<Checked> {
                 &self.descs,
                 self.operation,
             )?,
+            Publish::OnRestart => {
+                return Err(PublishError::Pending {
+                    path: self.staging.clone(),
+                    what: "on-restart publishes through Staged::pend, which needs the job uid"
+                        .into(),
+                })
+            }
         };
         self.guard.disarm();
         let finals = published.data_paths;

@@ -51,7 +51,7 @@ pub enum Import {
     /// Leave it in the receiver's `ready/<keyspace>/<table>/` directory.
     #[default]
     None,
-    /// Move it into `<table dir>/cleave-staged/<group>/` for an operator's `nodetool import`.
+    /// Move it into `<table dir>/cleave-staged/<group>/` for an operator's `nodetool import --keep-repaired`.
     Staging,
     /// As `Staging`, then run the receiver's configured import command on that directory.
     Import,

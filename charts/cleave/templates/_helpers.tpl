@@ -176,6 +176,23 @@ restart every storage node's sidecar.
   {{- end }}
   resources:
     {{- toYaml $v.resources | nindent 4 }}
+  {{- if and (eq .shape "daemonset") $v.daemonset.processCapabilities }}
+  # daemonset.processCapabilities: Replace must read the open files of Cassandra's process.
+  # Listing another UID's /proc/<pid>/fd needs CAP_DAC_READ_SEARCH, reading its links
+  # CAP_SYS_PTRACE (measured: neither alone is enough; docs/split.md "The Replace guard").
+  # A non-root container does not get added capabilities in its effective set, so this
+  # container runs as UID 0 with only these (DAC_OVERRIDE to write into Cassandra's 0700
+  # table directories as another UID); its group stays Cassandra's.
+  securityContext:
+    runAsNonRoot: false
+    runAsUser: 0
+    runAsGroup: {{ $gid }}
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities:
+      drop: ["ALL"]
+      add: ["DAC_READ_SEARCH", "SYS_PTRACE", "DAC_OVERRIDE"]
+  {{- else }}
   securityContext:
     runAsNonRoot: true
     runAsUser: {{ $uid }}
@@ -184,6 +201,7 @@ restart every storage node's sidecar.
     readOnlyRootFilesystem: true
     capabilities:
       drop: ["ALL"]
+  {{- end }}
     seccompProfile:
       type: RuntimeDefault
   volumeMounts:

@@ -1,0 +1,883 @@
+//! `publish: OnRestart`: children staged beside a running Cassandra, published by
+//! `cleave apply-pending` before the next start (an init container), as Medusa's restore
+//! writes its files before Cassandra starts and so never races a live node.
+//!
+//! On the data volume, per table and job (docs/split.md "Publish on restart"):
+//!
+//! ```text
+//! <table>/.cleave-pending/<job-uid>/intent.json      what to publish, and the parents' identity
+//! <table>/.cleave-pending/<job-uid>/children-<gen>/  the checked, durable children of one parent
+//! <table>/.cleave-pending/<job-uid>/applying.json    the children's final names (apply in flight)
+//! <table>/.cleave-pending/<job-uid>/apply/           the children, hard-linked under fresh ids
+//! <table>/.cleave-pending/<job-uid>/outcome.json     Complete or Failed, for the sidecar to read
+//! ```
+//!
+//! Cassandra lists only the files of a table directory (`Directories.SSTableLister`), so a
+//! hidden sub-directory is invisible to it, as `.cleave-staging-*` is. Every JSON file is
+//! written tmp + fsync + rename + fsync dir (`io::fs::write_durable`); the intent goes away
+//! only after the outcome is durable, so a crash at any point is finished by the next run.
+//!
+//! At apply time the children get fresh generation ids: while they waited, the live node
+//! flushed and compacted and its counter (`SequenceBasedSSTableId`, max + 1 of the table
+//! directory at startup) may have handed out theirs. They are hard-linked under the new
+//! names into `apply/` (the originals stay, so a crash there loses nothing) and swapped in
+//! for their parents by the crash-atomic `publish::replace_all` (transaction log, `recover`).
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::error::PublishError;
+use super::publish::{self, Recovery, TxnOperation};
+use super::report::SplitReport;
+use super::staged::{self, Checked, Staged};
+use crate::io::fault::point;
+use crate::io::fs::{sync_dir, write_durable};
+use crate::reason::Reason;
+use crate::sstable::{Component, Descriptor, FormatError, SSTableId};
+
+pub const PENDING_DIR: &str = ".cleave-pending";
+pub const INTENT_FILE: &str = "intent.json";
+pub const OUTCOME_FILE: &str = "outcome.json";
+const APPLYING_FILE: &str = "applying.json";
+const APPLY_DIR: &str = "apply";
+/// The format of intent.json and outcome.json; a reader refuses a newer one.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// What a parent was when its children were staged: apply-pending publishes only if it
+/// still is (else `ParentChanged`). Compaction never rewrites an sstable in place, so a
+/// changed inode, size or mtime means another file under the same name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentIdentity {
+    /// The Data.db file name, e.g. `nb-5-big-Data.db`.
+    pub data_file: String,
+    pub size: u64,
+    pub inode: u64,
+    /// Data.db's mtime, nanoseconds since the epoch.
+    pub mtime_ns: i64,
+    /// `Digest.crc32:<its contents>` (the CRC32 of Data.db Cassandra wrote,
+    /// `ChecksumType.CRC32` in `DataIntegrityMetadata`), or `Statistics.db:crc32=<hex>` (of
+    /// the whole Statistics.db, which holds the sstable's metadata) when there is no Digest.
+    pub checksum: String,
+}
+
+/// One file of a staged child.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingFile {
+    pub name: String,
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingChild {
+    /// The child's Data.db name in its children directory (its id changes at apply).
+    pub data_file: String,
+    pub files: Vec<PendingFile>,
+    pub partitions: u64,
+    pub repaired_at: Option<i64>,
+    pub pending_repair: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingParent {
+    pub parent: ParentIdentity,
+    /// The directory of its children, inside the job's pending directory.
+    pub children_dir: String,
+    pub children: Vec<PendingChild>,
+}
+
+/// `intent.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    pub version: u32,
+    pub job_uid: String,
+    /// `anticompaction`, `split`, `cleanup`: the transaction log's operation type.
+    pub operation: String,
+    /// Always true: the children carry the repair state cleave wrote (`repairedAt`,
+    /// `pendingRepair`) and apply-pending moves them in unchanged, which is what
+    /// `nodetool import --keep-repaired` does and a plain import does not.
+    pub keep_repaired: bool,
+    pub created_unix_ms: u64,
+    pub parents: Vec<PendingParent>,
+}
+
+/// `outcome.json`: how apply-pending ended a job in one table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub version: u32,
+    pub job_uid: String,
+    pub table_dir: PathBuf,
+    pub operation: String,
+    pub finished_unix_ms: u64,
+    pub result: OutcomeResult,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state")]
+pub enum OutcomeResult {
+    /// The parents were replaced by these children (live Data.db paths).
+    Complete {
+        parents: Vec<String>,
+        children: Vec<PathBuf>,
+    },
+    /// Nothing was published and the children are gone; the parents are as they were.
+    Failed { reason: Reason, message: String },
+}
+
+impl Outcome {
+    pub fn reason(&self) -> Option<Reason> {
+        match &self.result {
+            OutcomeResult::Complete { .. } => None,
+            OutcomeResult::Failed { reason, .. } => Some(*reason),
+        }
+    }
+}
+
+/// What `Staged::pend` did.
+#[derive(Debug, Serialize)]
+pub struct PendReport {
+    pub job_uid: String,
+    pub intent: PathBuf,
+    pub children_dir: PathBuf,
+    /// The split's report; its children's paths are in `children_dir`.
+    pub split: SplitReport,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn pending(path: &Path, what: impl Into<String>) -> PublishError {
+    PublishError::Pending {
+        path: path.to_path_buf(),
+        what: what.into(),
+    }
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> PublishError + '_ {
+    move |e| PublishError::Format(FormatError::io(path, e))
+}
+
+/// A job uid names a directory: 1 to 64 of `[A-Za-z0-9_-]` (a Kubernetes uid, a UUID).
+pub fn check_job_uid(uid: &str) -> Result<(), PublishError> {
+    let ok = !uid.is_empty()
+        && uid.len() <= 64
+        && uid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(pending(
+            Path::new(uid),
+            format!("job uid {uid:?}: expected 1 to 64 letters, digits, '-' or '_'"),
+        ))
+    }
+}
+
+/// The pending directory of `job_uid` in `table_dir`.
+pub fn job_dir(table_dir: &Path, job_uid: &str) -> PathBuf {
+    table_dir.join(PENDING_DIR).join(job_uid)
+}
+
+/// The identity of the sstable whose Data.db is `data_path`, as recorded in an intent.
+pub fn parent_identity(data_path: &Path) -> Result<ParentIdentity, FormatError> {
+    let m = fs::metadata(data_path).map_err(|e| FormatError::io(data_path, e))?;
+    let (d, _) = Descriptor::from_path(data_path)?;
+    let digest = d.path(&Component::Digest);
+    let checksum = match fs::read_to_string(&digest) {
+        Ok(s) => format!("Digest.crc32:{}", s.trim()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let st = d.path(&Component::Statistics);
+            let b = fs::read(&st).map_err(|e| FormatError::io(&st, e))?;
+            format!("Statistics.db:crc32={:08x}", crc32fast::hash(&b))
+        }
+        Err(e) => return Err(FormatError::io(&digest, e)),
+    };
+    Ok(ParentIdentity {
+        data_file: d.file_name(&Component::Data),
+        size: m.len(),
+        inode: m.ino(),
+        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        checksum,
+    })
+}
+
+/// Why `now` is not the parent `was`, or `None` if it still is.
+fn parent_difference(table_dir: &Path, was: &ParentIdentity) -> Option<String> {
+    let path = table_dir.join(&was.data_file);
+    let now = match parent_identity(&path) {
+        Ok(n) => n,
+        Err(e) => {
+            return Some(format!(
+                "{} is gone (compacted away or removed): {e}",
+                path.display()
+            ))
+        }
+    };
+    let mut d = Vec::new();
+    if now.inode != was.inode {
+        d.push(format!("inode {} (intent: {})", now.inode, was.inode));
+    }
+    if now.size != was.size {
+        d.push(format!("size {} (intent: {})", now.size, was.size));
+    }
+    if now.mtime_ns != was.mtime_ns {
+        d.push(format!(
+            "mtime {} ns (intent: {})",
+            now.mtime_ns, was.mtime_ns
+        ));
+    }
+    if now.checksum != was.checksum {
+        d.push(format!(
+            "checksum {} (intent: {})",
+            now.checksum, was.checksum
+        ));
+    }
+    (!d.is_empty()).then(|| format!("{} changed: {}", path.display(), d.join(", ")))
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, PublishError> {
+    let text = fs::read(path).map_err(io(path))?;
+    serde_json::from_slice(&text).map_err(|e| pending(path, format!("does not parse: {e}")))
+}
+
+fn write_json<T: Serialize>(path: &Path, v: &T, what: &str) -> Result<(), PublishError> {
+    let bytes = serde_json::to_vec_pretty(v).map_err(|e| pending(path, e.to_string()))?;
+    write_durable(path, &bytes, what).map_err(io(path))
+}
+
+/// Reads an intent, refusing one of a newer format.
+pub fn read_intent(path: &Path) -> Result<Intent, PublishError> {
+    let i: Intent = read_json(path)?;
+    if i.version > FORMAT_VERSION {
+        return Err(pending(
+            path,
+            format!(
+                "intent format {} is newer than this cleave's {FORMAT_VERSION}",
+                i.version
+            ),
+        ));
+    }
+    Ok(i)
+}
+
+/// One process adds parents to an intent at a time (the operator splits several parents of
+/// one table at once under one shared table lock).
+static INTENT_UPDATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Records `parent` (staged children in `children_dir`, inside the job's pending
+/// directory) in the job's intent, creating it or replacing an earlier entry of the same
+/// parent. Durable when it returns.
+pub fn write_intent(
+    table_dir: &Path,
+    job_uid: &str,
+    operation: &str,
+    parent: PendingParent,
+) -> Result<PathBuf, PublishError> {
+    check_job_uid(job_uid)?;
+    let _one = INTENT_UPDATE.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = job_dir(table_dir, job_uid);
+    let path = dir.join(INTENT_FILE);
+    let mut intent = if path.exists() {
+        read_intent(&path)?
+    } else {
+        Intent {
+            version: FORMAT_VERSION,
+            job_uid: job_uid.to_string(),
+            operation: operation.to_string(),
+            keep_repaired: true,
+            created_unix_ms: now_ms(),
+            parents: Vec::new(),
+        }
+    };
+    intent
+        .parents
+        .retain(|p| p.parent.data_file != parent.parent.data_file);
+    intent.parents.push(parent);
+    write_json(&path, &intent, "intent")?;
+    Ok(path)
+}
+
+impl Staged<Checked> {
+    /// `OnRestart`: the checked children move from staging into the job's pending
+    /// directory of the parent's table and the intent records them; the parent stays live.
+    /// Needs `--out` to be the parent's table directory (the children must be on its
+    /// filesystem and apply-pending finds them there).
+    pub fn pend(mut self, job_uid: &str) -> Result<PendReport, PublishError> {
+        check_job_uid(job_uid)?;
+        let table = fs::canonicalize(self.parent.dir()).map_err(io(self.parent.dir()))?;
+        let out = fs::canonicalize(&self.out_dir).map_err(io(&self.out_dir))?;
+        if out != table {
+            return Err(PublishError::NotTableDir {
+                table_dir: table,
+                out,
+            });
+        }
+        let job = job_dir(&table, job_uid);
+        if job.join(OUTCOME_FILE).exists() {
+            return Err(pending(
+                &job.join(OUTCOME_FILE),
+                "this job already has an outcome: a new round needs a new job uid",
+            ));
+        }
+        fs::create_dir_all(&job).map_err(io(&job))?;
+        sync_dir(&table.join(PENDING_DIR)).map_err(io(&job))?;
+        sync_dir(&table).map_err(io(&table))?;
+        let pd = &self.parent.table().descriptor;
+        let children_dir_name = format!("children-{}-{}", pd.version, pd.id);
+        let children_dir = job.join(&children_dir_name);
+        if children_dir.exists() {
+            // An earlier pend of this parent for this job that its intent may name: the
+            // intent is rewritten below to name these children instead.
+            fs::remove_dir_all(&children_dir).map_err(io(&children_dir))?;
+        }
+        fs::rename(&self.staging, &children_dir).map_err(io(&children_dir))?;
+        self.guard.disarm();
+        sync_dir(&job).map_err(io(&job))?;
+        sync_dir(&table).map_err(io(&table))?;
+        point("pend:children-moved");
+        let mut children = Vec::with_capacity(self.descs.len());
+        for (d, r) in self.descs.iter().zip(&self.reports) {
+            let d = Descriptor {
+                dir: children_dir.clone(),
+                ..d.clone()
+            };
+            let mut files = Vec::new();
+            for f in publish::sstable_files(&children_dir, &d)? {
+                let size = fs::metadata(&f).map_err(io(&f))?.len();
+                files.push(PendingFile {
+                    name: file_name(&f),
+                    size,
+                });
+            }
+            children.push(PendingChild {
+                data_file: d.file_name(&Component::Data),
+                files,
+                partitions: r.partitions,
+                repaired_at: r.repaired_at,
+                pending_repair: r.pending_repair.clone(),
+            });
+        }
+        let parent = PendingParent {
+            parent: parent_identity(self.parent.data_path())?,
+            children_dir: children_dir_name,
+            children,
+        };
+        let intent = write_intent(&table, job_uid, self.operation, parent)?;
+        point("pend:intent-written");
+        let mut split = staged::report(
+            &self.parent,
+            &self.plan,
+            self.parent_fp,
+            self.support,
+            publish::Publish::OnRestart,
+            false,
+        );
+        split.check.children = self.children_fp;
+        split.check.ok = true;
+        split.children = std::mem::take(&mut self.reports)
+            .into_iter()
+            .zip(&self.descs)
+            .map(|(mut c, d)| {
+                c.path = children_dir.join(d.file_name(&Component::Data));
+                c
+            })
+            .collect();
+        for c in &split.children {
+            split.bytes_shared += c.bytes_shared;
+            split.bytes_copied += c.bytes_copied;
+            split.bytes_reencoded += c.bytes_reencoded;
+        }
+        split.plan_seconds = self.plan_time.as_secs_f64();
+        split.plan_source = Some(self.plan_source);
+        split.write_seconds = self.write_time.as_secs_f64();
+        Ok(PendReport {
+            job_uid: job_uid.to_string(),
+            intent,
+            children_dir,
+            split,
+        })
+    }
+}
+
+/// A whole `OnRestart` split of an opened parent: plan, write into the table's staging,
+/// check, [`Staged::pend`]. `lock` (from `split::lock` with the table directory as `--out`)
+/// is held throughout.
+pub fn split_pending(
+    parent: &super::Parent,
+    cut: &super::Cut,
+    policy: &super::Policy,
+    job_uid: &str,
+    _lock: &super::SplitLock,
+) -> Result<PendReport, super::SplitError> {
+    check_job_uid(job_uid)?;
+    let plan = parent.plan(cut, policy)?;
+    let staged = plan.write(parent.dir())?.check()?;
+    Ok(staged.pend(job_uid)?)
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Table directories under `data_dir` that have a pending directory: `data_dir` itself, its
+/// children (a keyspace directory) and grandchildren (`<keyspace>/<table>-<id>`).
+pub fn pending_tables(data_dir: &Path) -> Result<Vec<PathBuf>, PublishError> {
+    let mut found = Vec::new();
+    let mut level = vec![data_dir.to_path_buf()];
+    for depth in 0..3 {
+        let mut next = Vec::new();
+        for d in &level {
+            if d.join(PENDING_DIR).is_dir() {
+                found.push(d.clone());
+            }
+            if depth == 2 {
+                continue;
+            }
+            let rd = match fs::read_dir(d) {
+                Ok(rd) => rd,
+                Err(e) if depth > 0 && e.kind() == std::io::ErrorKind::PermissionDenied => continue,
+                Err(e) => return Err(io(d)(e)),
+            };
+            for e in rd {
+                let e = e.map_err(io(d))?;
+                let hidden = e.file_name().to_string_lossy().starts_with('.');
+                if !hidden && e.file_type().is_ok_and(|t| t.is_dir()) {
+                    next.push(e.path());
+                }
+            }
+        }
+        next.sort();
+        level = next;
+    }
+    Ok(found)
+}
+
+/// The job directories of one table's pending directory.
+fn job_dirs(table_dir: &Path) -> Result<Vec<PathBuf>, PublishError> {
+    let p = table_dir.join(PENDING_DIR);
+    let mut v = Vec::new();
+    for e in fs::read_dir(&p).map_err(io(&p))? {
+        let e = e.map_err(io(&p))?;
+        if e.file_type().is_ok_and(|t| t.is_dir()) && check_job_uid(&file_name(&e.path())).is_ok() {
+            v.push(e.path());
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// Every outcome record under `data_dir`, for the sidecar to turn into job statuses. A
+/// record that does not parse is an error naming it.
+pub fn read_outcomes(data_dir: &Path) -> Result<Vec<Outcome>, PublishError> {
+    let mut v = Vec::new();
+    for t in pending_tables(data_dir)? {
+        for j in job_dirs(&t)? {
+            let p = j.join(OUTCOME_FILE);
+            if p.exists() {
+                v.push(read_json(&p)?);
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// Whether `job_uid` has an intent waiting (not yet applied) anywhere under `data_dir`.
+pub fn is_pending(data_dir: &Path, job_uid: &str) -> Result<bool, PublishError> {
+    for t in pending_tables(data_dir)? {
+        let j = job_dir(&t, job_uid);
+        if j.join(INTENT_FILE).exists() && !j.join(OUTCOME_FILE).exists() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Removes a job's outcome (and its pending directory) once the sidecar has recorded it.
+pub fn acknowledge_outcome(table_dir: &Path, job_uid: &str) -> Result<(), PublishError> {
+    check_job_uid(job_uid)?;
+    let j = job_dir(table_dir, job_uid);
+    if j.join(INTENT_FILE).exists() {
+        return Err(pending(&j, "the intent is not applied yet"));
+    }
+    match fs::remove_dir_all(&j) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(&j)(e)),
+    }
+    let p = table_dir.join(PENDING_DIR);
+    sync_dir(&p).map_err(io(&p))?;
+    // The pending directory goes with its last job.
+    if fs::remove_dir(&p).is_ok() {
+        sync_dir(table_dir).map_err(io(table_dir))?;
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ApplyOptions {
+    /// Check everything (the guard, the parents, the children), change nothing, and report
+    /// what a run would do.
+    pub dry_run: bool,
+}
+
+/// What one job came to in one run.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case", tag = "action")]
+pub enum JobAction {
+    /// Published or dropped by this run; the outcome is on disk.
+    Applied { outcome: Outcome },
+    /// `dry_run`: what a run would record.
+    WouldApply { outcome: Outcome },
+    /// An earlier run's outcome (this run only finished its clean-up).
+    AlreadyDone { job_uid: String },
+    /// A job directory with no intent: a pend killed before its intent was durable.
+    RemovedIncomplete { dir: PathBuf },
+}
+
+/// What `run_on_restart` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApplyReport {
+    pub data_dir: PathBuf,
+    pub dry_run: bool,
+    pub tables: usize,
+    /// Interrupted transactions `recover` finished before applying.
+    pub recovered: Vec<Recovery>,
+    pub jobs: Vec<JobAction>,
+}
+
+impl ApplyReport {
+    pub fn outcomes(&self) -> impl Iterator<Item = &Outcome> {
+        self.jobs.iter().filter_map(|j| match j {
+            JobAction::Applied { outcome } | JobAction::WouldApply { outcome } => Some(outcome),
+            _ => None,
+        })
+    }
+}
+
+/// `cleave apply-pending`: publishes every intent under `data_dir` (see the module
+/// comment). Refuses the whole run, changing nothing, with `CassandraRunning` /
+/// `CassandraMayBeRunning` (`split::guard`) or `Busy` (another cleave holds a table). A
+/// parent that is no longer what its intent recorded drops that intent (`ParentChanged`).
+/// Idempotent: a second run finds only outcomes.
+pub fn run_on_restart(data_dir: &Path, opts: &ApplyOptions) -> Result<ApplyReport, PublishError> {
+    let tables = pending_tables(data_dir)?;
+    let mut report = ApplyReport {
+        data_dir: data_dir.to_path_buf(),
+        dry_run: opts.dry_run,
+        tables: tables.len(),
+        recovered: Vec::new(),
+        jobs: Vec::new(),
+    };
+    if tables.is_empty() {
+        return Ok(report);
+    }
+    super::guard::ensure_no_cassandra(&[data_dir])?;
+    point("apply:guarded");
+    for t in &tables {
+        // `recover` takes the table lock itself (and gives it back): first, then ours.
+        if !opts.dry_run {
+            report.recovered.extend(publish::recover(t)?);
+        }
+        let _lock = publish::lock_for_split(t, t)?;
+        for j in job_dirs(t)? {
+            report.jobs.push(apply_job(t, &j, opts)?);
+        }
+    }
+    Ok(report)
+}
+
+fn remove_if_exists(p: &Path) -> Result<(), PublishError> {
+    let r = if p.is_dir() {
+        fs::remove_dir_all(p)
+    } else {
+        fs::remove_file(p)
+    };
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io(p)(e)),
+    }
+}
+
+/// Removes a job's children (every `children-*` directory), apply directory, applying
+/// record and torn temporary files, and — last, and only once its outcome is durable — its intent.
+fn clean_job(job: &Path) -> Result<(), PublishError> {
+    for e in fs::read_dir(job).map_err(io(job))? {
+        let e = e.map_err(io(job))?;
+        let n = file_name(&e.path());
+        // A temporary JSON file of a write killed before its rename is garbage too.
+        if n.starts_with("children-") || (n.starts_with('.') && n.ends_with(".tmp")) {
+            remove_if_exists(&e.path())?;
+        }
+    }
+    remove_if_exists(&job.join(APPLY_DIR))?;
+    remove_if_exists(&job.join(APPLYING_FILE))?;
+    sync_dir(job).map_err(io(job))?;
+    point("apply:children-removed");
+    if job.join(OUTCOME_FILE).exists() {
+        remove_if_exists(&job.join(INTENT_FILE))?;
+        sync_dir(job).map_err(io(job))?;
+        point("apply:intent-removed");
+    }
+    Ok(())
+}
+
+/// `applying.json`: the children's final names in the table directory.
+#[derive(Debug, Serialize, Deserialize)]
+struct Applying {
+    children: Vec<String>,
+}
+
+fn apply_job(table: &Path, job: &Path, opts: &ApplyOptions) -> Result<JobAction, PublishError> {
+    let uid = file_name(job);
+    if job.join(OUTCOME_FILE).exists() {
+        if !opts.dry_run && job.join(INTENT_FILE).exists() {
+            clean_job(job)?;
+        }
+        return Ok(JobAction::AlreadyDone { job_uid: uid });
+    }
+    if !job.join(INTENT_FILE).exists() {
+        if !opts.dry_run {
+            remove_if_exists(job)?;
+            if let Some(p) = job.parent() {
+                sync_dir(p).map_err(io(p))?;
+            }
+        }
+        return Ok(JobAction::RemovedIncomplete {
+            dir: job.to_path_buf(),
+        });
+    }
+    let outcome = |operation: &str, result: OutcomeResult| Outcome {
+        version: FORMAT_VERSION,
+        job_uid: uid.clone(),
+        table_dir: table.to_path_buf(),
+        operation: operation.to_string(),
+        finished_unix_ms: now_ms(),
+        result,
+    };
+    let intent = match read_intent(&job.join(INTENT_FILE)) {
+        Ok(i) => i,
+        Err(e) => {
+            let o = outcome(
+                "",
+                OutcomeResult::Failed {
+                    reason: Reason::InvalidRequest,
+                    message: format!("{e}; the job's staged children were removed"),
+                },
+            );
+            return finish(job, o, opts);
+        }
+    };
+    let parents: Vec<&str> = intent
+        .parents
+        .iter()
+        .map(|p| p.parent.data_file.as_str())
+        .collect();
+    // A run killed after COMMIT: recover finished it forward, the children are live.
+    if let Ok(a) = read_json::<Applying>(&job.join(APPLYING_FILE)) {
+        let live = |n: &String| {
+            Descriptor::from_path(&table.join(n))
+                .is_ok_and(|(d, _)| table.join(d.file_name(&Component::Toc)).exists())
+        };
+        if a.children.iter().all(live) && !parents.iter().any(|p| table.join(p).exists()) {
+            let o = outcome(
+                &intent.operation,
+                OutcomeResult::Complete {
+                    parents: parents.iter().map(|p| p.to_string()).collect(),
+                    children: a.children.iter().map(|c| table.join(c)).collect(),
+                },
+            );
+            return finish(job, o, opts);
+        }
+    }
+    let changed: Vec<String> = intent
+        .parents
+        .iter()
+        .filter_map(|p| parent_difference(table, &p.parent))
+        .collect();
+    if !changed.is_empty() {
+        let o = outcome(
+            &intent.operation,
+            OutcomeResult::Failed {
+                reason: Reason::ParentChanged,
+                message: format!(
+                    "{}; nothing was published and the staged children were removed",
+                    changed.join("; ")
+                ),
+            },
+        );
+        return finish(job, o, opts);
+    }
+    // The staged children as the intent recorded them.
+    let mut damaged = Vec::new();
+    for p in &intent.parents {
+        for c in &p.children {
+            for f in &c.files {
+                let path = job.join(&p.children_dir).join(&f.name);
+                match fs::metadata(&path) {
+                    Ok(m) if m.len() == f.size => {}
+                    Ok(m) => damaged.push(format!(
+                        "{}: {} bytes, the intent recorded {}",
+                        path.display(),
+                        m.len(),
+                        f.size
+                    )),
+                    Err(e) => damaged.push(format!("{}: {e}", path.display())),
+                }
+            }
+        }
+    }
+    if !damaged.is_empty() {
+        let o = outcome(
+            &intent.operation,
+            OutcomeResult::Failed {
+                reason: Reason::CheckFailed,
+                message: format!(
+                    "staged children are not what the intent recorded: {}; nothing was published",
+                    damaged.join("; ")
+                ),
+            },
+        );
+        return finish(job, o, opts);
+    }
+    let n: usize = intent.parents.iter().map(|p| p.children.len()).sum();
+    if opts.dry_run {
+        let o = outcome(
+            &intent.operation,
+            OutcomeResult::Complete {
+                parents: parents.iter().map(|p| p.to_string()).collect(),
+                children: Vec::new(),
+            },
+        );
+        return Ok(JobAction::WouldApply { outcome: o });
+    }
+    // Fresh ids, hard links under the new names into apply/ (the originals stay).
+    let apply = job.join(APPLY_DIR);
+    remove_if_exists(&apply)?;
+    fs::create_dir(&apply).map_err(io(&apply))?;
+    let mut gens = publish::next_generations(&[table], n)
+        .map_err(PublishError::Format)?
+        .into_iter();
+    let mut children = Vec::with_capacity(n);
+    let mut finals = Vec::with_capacity(n);
+    for p in &intent.parents {
+        let from_dir = job.join(&p.children_dir);
+        for c in &p.children {
+            let gen = gens
+                .next()
+                .ok_or_else(|| pending(table, "fewer generation ids than children"))?;
+            let (old, _) = Descriptor::from_path(&from_dir.join(&c.data_file))?;
+            let new = Descriptor {
+                dir: apply.clone(),
+                id: SSTableId::Sequence(gen),
+                ..old.clone()
+            };
+            let old_prefix = old.file_name(&Component::Other(String::new()));
+            let new_prefix = new.file_name(&Component::Other(String::new()));
+            for f in &c.files {
+                let suffix = f.name.strip_prefix(&old_prefix).ok_or_else(|| {
+                    pending(
+                        &from_dir.join(&f.name),
+                        format!("is not a file of {old_prefix}*"),
+                    )
+                })?;
+                let to = apply.join(format!("{new_prefix}{suffix}"));
+                fs::hard_link(from_dir.join(&f.name), &to).map_err(io(&to))?;
+                point("apply:linked-file");
+            }
+            finals.push(new.file_name(&Component::Data));
+            children.push((apply.clone(), new));
+        }
+    }
+    sync_dir(&apply).map_err(io(&apply))?;
+    sync_dir(job).map_err(io(job))?;
+    point("apply:linked");
+    write_json(
+        &job.join(APPLYING_FILE),
+        &Applying {
+            children: finals.clone(),
+        },
+        "applying",
+    )?;
+    let parent_descs: Vec<Descriptor> = parents
+        .iter()
+        .map(|p| Descriptor::from_path(&table.join(p)).map(|(d, _)| d))
+        .collect::<Result<_, _>>()?;
+    let published = publish::replace_all(
+        table,
+        &children,
+        &parent_descs,
+        TxnOperation::from_name(&intent.operation),
+    )?;
+    point("apply:published");
+    let o = outcome(
+        &intent.operation,
+        OutcomeResult::Complete {
+            parents: parents.iter().map(|p| p.to_string()).collect(),
+            children: published.data_paths,
+        },
+    );
+    finish(job, o, opts)
+}
+
+/// Records the outcome durably, then removes what the job staged and its intent. A
+/// failure removes the children first, so an outcome that says they are gone is true.
+fn finish(job: &Path, o: Outcome, opts: &ApplyOptions) -> Result<JobAction, PublishError> {
+    if opts.dry_run {
+        return Ok(JobAction::WouldApply { outcome: o });
+    }
+    if o.reason().is_some() {
+        clean_job(job)?;
+    }
+    write_json(&job.join(OUTCOME_FILE), &o, "outcome")?;
+    clean_job(job)?;
+    Ok(JobAction::Applied { outcome: o })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_uids_are_names_not_paths() {
+        for ok in ["a", "0b7c7e4a-6a45-4d3c-9f3e-0d2c1f7a9b10", "job_1"] {
+            assert!(check_job_uid(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "..", "a/b", ".hidden", "x y", &"a".repeat(65)] {
+            let e = check_job_uid(bad).unwrap_err();
+            assert_eq!(e.reason(), Reason::InvalidRequest, "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_outcome_round_trips_with_its_reason() {
+        let o = Outcome {
+            version: FORMAT_VERSION,
+            job_uid: "u".into(),
+            table_dir: "/t".into(),
+            operation: "split".into(),
+            finished_unix_ms: 1,
+            result: OutcomeResult::Failed {
+                reason: Reason::ParentChanged,
+                message: "m".into(),
+            },
+        };
+        let j = serde_json::to_string(&o).unwrap();
+        assert!(
+            j.contains(r#""state":"Failed""#) && j.contains(r#""reason":"ParentChanged""#),
+            "{j}"
+        );
+        let back: Outcome = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, o);
+        assert_eq!(back.reason(), Some(Reason::ParentChanged));
+    }
+}
