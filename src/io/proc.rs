@@ -5,7 +5,7 @@
 //! * I/O counters: `/proc/self/io` (`rchar` counts bytes through `read(2)` and friends,
 //!   `read_bytes` only those the block layer fetched, so a warm page cache reads 0);
 //! * CPU time: `getrusage(RUSAGE_SELF)`, user and system, all threads;
-//! * device flushes: "flushes completed" of a block device in `/proc/diskstats` (field 15,
+//! * device flushes: "flushes completed" of a block device in `/proc/diskstats` (field 16,
 //!   Linux 5.5+, `Documentation/admin-guide/iostats.rst`), of the device a filesystem is on
 //!   and, for a loop device, of the device its backing file is on.
 //!
@@ -196,7 +196,8 @@ impl BlockDevice {
 }
 
 /// "flushes completed successfully" of `dev` in the text of `/proc/diskstats`: major, minor,
-/// name, then the fields of `iostats.rst`, the 15th of which is the flush count.
+/// name, then the 17 fields of `iostats.rst`: 1–4 reads, 5–8 writes, 9–11 in flight and
+/// times, 12–15 discards, 16 flushes completed, 17 time flushing.
 pub fn parse_flushes(diskstats: &str, dev: BlockDevice) -> Option<u64> {
     diskstats.lines().find_map(|line| {
         let w: Vec<&str> = line.split_whitespace().collect();
@@ -205,7 +206,7 @@ pub fn parse_flushes(diskstats: &str, dev: BlockDevice) -> Option<u64> {
         if (major, minor) != (dev.major, dev.minor) {
             return None;
         }
-        w.get(3 + 14)?.parse().ok()
+        w.get(3 + 15)?.parse().ok()
     })
 }
 
@@ -247,8 +248,9 @@ mod tests {
 
     #[test]
     fn parses_flushes_completed() {
-        let s = "   7       0 loop0 1 0 8 0 0 0 0 0 0 4 0 0 0 0 0 3 7\n 254       0 vda 31711 6608 2862650 19751 10965 32728 2890552 24180 0 12668 46863 4390 106 229728 1801 2414 1129\n 254       1 vda1 1 2 3\n";
+        let s = "   7       0 loop0 1 0 8 0 0 0 0 0 0 4 0 0 0 0 9 3 7\n 254       0 vda 31711 6608 2862650 19751 10965 32728 2890552 24180 0 12668 46863 4390 106 229728 1801 2414 1129\n 254       1 vda1 1 2 3\n";
         let dev = |major, minor| BlockDevice { major, minor };
+        // Field 16; field 15 (time discarding, 1801 and 9 here) is the one before it.
         assert_eq!(parse_flushes(s, dev(254, 0)), Some(2414));
         assert_eq!(parse_flushes(s, dev(7, 0)), Some(3));
         // A kernel before 5.5 lists no flush fields.
