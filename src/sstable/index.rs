@@ -111,8 +111,7 @@ impl<'a> IndexReader<ReadAt<'a>> {
     pub fn at(path: &Path, file: &'a File, file_len: u64, offset: u64, buffer: usize) -> Self {
         // Sized once: `new`'s default buffer would be allocated (and zeroed) for nothing, at
         // every one of a sampled plan's probes.
-        let mut r =
-            IndexReader::with_buffer(path, ReadAt { file, pos: offset }, file_len, buffer);
+        let mut r = IndexReader::with_buffer(path, ReadAt { file, pos: offset }, file_len, buffer);
         r.offset = offset;
         r
     }

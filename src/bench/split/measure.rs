@@ -312,7 +312,8 @@ pub fn run_once(
     let load1 = loadavg1();
     let dev = proc::BlockDevice::of(ctx.out).ok();
     let backing = dev.and_then(proc::BlockDevice::loop_backing);
-    let flushes = |d: Option<proc::BlockDevice>| d.and_then(|d| d.flushes_completed().ok().flatten());
+    let flushes =
+        |d: Option<proc::BlockDevice>| d.and_then(|d| d.flushes_completed().ok().flatten());
     let flushes_before = (flushes(dev), flushes(backing));
     let m = child::measure(&mut cmd).with_context(|| format!("running {cmd:?}"))?;
     if m.exit_code != Some(0) {

@@ -620,7 +620,10 @@ fn us_cell(x: Option<f64>) -> String {
 
 /// Median flushes a run on the loop device / on the disk holding its image.
 fn flush_cell(r: &Row) -> String {
-    let m = |s: &Option<Stat>| s.as_ref().map_or("-".into(), |s| format!("{:.0}", s.median));
+    let m = |s: &Option<Stat>| {
+        s.as_ref()
+            .map_or("-".into(), |s| format!("{:.0}", s.median))
+    };
     format!("{} / {}", m(&r.device_flushes), m(&r.backing_flushes))
 }
 
