@@ -7,7 +7,7 @@
 use super::error::CheckError;
 use super::staged::{Checked, Staged, Unchecked};
 use crate::sstable::fingerprint::Fingerprint;
-use crate::sstable::table::CheckLevel;
+use crate::sstable::table::{CheckLevel, CheckReport};
 use crate::sstable::{hex, Component, FormatError, SSTable};
 
 impl Staged<Unchecked> {
@@ -34,7 +34,7 @@ impl Staged<Unchecked> {
                     what: "fails its check",
                     source,
                 })?;
-            boundary_check(&child).map_err(|source| CheckError::Child {
+            boundary_check(&child, &rep).map_err(|source| CheckError::Child {
                 path: path.clone(),
                 what: "data does not match its index",
                 source,
@@ -53,24 +53,19 @@ impl Staged<Unchecked> {
 }
 
 /// Reads the first and the last partition's key at their positions in the child's Data.db:
-/// cheap (one or two chunks) and catches any wrong base, dead prefix or tail.
-fn boundary_check(child: &SSTable) -> Result<(), FormatError> {
-    let mut r = child.index_reader()?;
+/// cheap (one or two chunks) and catches any wrong base, dead prefix or tail. The keys and
+/// positions are the ones the check just read from the child's Index.db (`CheckReport`), so
+/// Index.db is read once.
+fn boundary_check(child: &SSTable, rep: &CheckReport) -> Result<(), FormatError> {
     let mut d = child.data_reader()?;
-    let mut first: Option<(Vec<u8>, u64)> = None;
-    let mut last: Option<(Vec<u8>, u64)> = None;
-    while let Some(e) = r.next_entry()? {
-        if first.is_none() {
-            first = Some((e.key.to_vec(), e.position));
-        }
-        last = Some((e.key.to_vec(), e.position));
-    }
-    for (key, pos) in first.iter().chain(last.iter()) {
-        let head = d.read_at(*pos, 2 + key.len())?;
+    let first = rep.first_position.map(|p| (&rep.first_key, p));
+    let last = rep.last_position.map(|p| (&rep.last_key, p));
+    for (key, pos) in first.into_iter().chain(last) {
+        let head = d.read_at(pos, 2 + key.len())?;
         if head[..2] != (key.len() as u16).to_be_bytes() || head[2..] != key[..] {
             return Err(FormatError::corrupt(
                 &child.path(&Component::Data),
-                Some(*pos),
+                Some(pos),
                 format!(
                     "expected partition key {}, found {}",
                     hex::encode(key),

@@ -11,6 +11,7 @@ use crate::sstable::checksum::{ChunkChecksums, Digest};
 use crate::sstable::filter::BloomFilter;
 use crate::sstable::fingerprint::Fingerprint;
 use crate::sstable::index::IndexWriter;
+use crate::sstable::murmur::KeyHash;
 use crate::sstable::statistics::{EstimatedHistogram, Statistics};
 use crate::sstable::summary::SummaryBuilder;
 use crate::sstable::{Component, SSTable, Toc};
@@ -103,17 +104,20 @@ impl<W: Write> IndexSide<W> {
         }
     }
 
-    /// One partition: its key, its position in the child, its size in bytes, and its
-    /// promoted index (copied verbatim: it is relative to the partition start).
+    /// One partition: its key and the key's hash (computed once by the caller, who also
+    /// counts it in the parent's fingerprint), its position in the child, its size in
+    /// bytes, and its promoted index (copied verbatim: it is relative to the partition
+    /// start).
     pub fn add(
         &mut self,
         key: &[u8],
+        hash: KeyHash,
         child_position: u64,
         size: u64,
         promoted_index: &[u8],
     ) -> Result<()> {
-        self.list(key, child_position, size, promoted_index)?;
-        self.fingerprint.add(key);
+        self.list(key, hash, child_position, size, promoted_index)?;
+        self.fingerprint.add_hash(hash);
         Ok(())
     }
 
@@ -122,6 +126,7 @@ impl<W: Write> IndexSide<W> {
     fn list(
         &mut self,
         key: &[u8],
+        hash: KeyHash,
         child_position: u64,
         size: u64,
         promoted_index: &[u8],
@@ -132,7 +137,7 @@ impl<W: Write> IndexSide<W> {
             .map_err(|e| FormatError::io(&self.index_path, e))?;
         self.summary.add(key, at);
         if let Some(f) = &mut self.filter {
-            f.add(key);
+            f.add_hash(hash);
         }
         // SortedTableWriter records each partition's size (end - start, EOP byte included).
         self.partition_sizes.add(size as i64);
@@ -150,7 +155,7 @@ impl<W: Write> IndexSide<W> {
     /// Summary.db, Filter.db, the size histogram, first key), but no key of the parent's,
     /// so not in the fingerprint the children must add up to.
     pub fn add_filler(&mut self, key: &[u8], child_position: u64, size: u64) -> Result<()> {
-        self.list(key, child_position, size, &[])?;
+        self.list(key, KeyHash::of(key), child_position, size, &[])?;
         self.fillers += 1;
         Ok(())
     }

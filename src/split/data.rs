@@ -20,7 +20,7 @@ use super::regrid;
 use crate::io::throttle::TokenBucket;
 use crate::io::{copy, reflink};
 use crate::sstable::checksum::ChunkChecksums;
-use crate::sstable::compression::{ChunkOffsets, Codec, CodecState, CompressionInfo};
+use crate::sstable::compression::{Codec, CodecState, CompressionInfo};
 use crate::sstable::data::DataReader;
 use crate::sstable::lz4::{self, LengthTarget};
 use crate::sstable::{FormatError, Result};
@@ -51,8 +51,8 @@ pub struct DataResult {
 
 /// A child's chunk offsets without a copy of the parent's: the chunks cleave encodes
 /// (`head`, `tail`) are its own, the interior is a window `[from, to)` on the parent's
-/// offsets moved by the same distance (`dst_start - src_start`). Iterated when
-/// CompressionInfo.db is written, never collected.
+/// offsets moved by the same distance (`dst_start - src_start`). Rebased a block at a time
+/// when CompressionInfo.db is written (`write_compression_info`), never collected.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChildOffsets {
     pub head: Vec<u64>,
@@ -76,21 +76,6 @@ impl ChildOffsets {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Every offset in order; `parent` is the parent's offsets (shared, held once or read
-    /// on demand: the interior's are streamed from them in blocks).
-    pub fn iter<'a>(&'a self, parent: &'a ChunkOffsets) -> impl Iterator<Item = Result<u64>> + 'a {
-        let interior = self.interior.into_iter().flat_map(move |i| {
-            parent
-                .iter(i.from, i.to)
-                .map(move |o| o.map(|o| o - i.src_start + i.dst_start))
-        });
-        self.head
-            .iter()
-            .copied()
-            .map(Ok)
-            .chain(interior)
-            .chain(self.tail.iter().copied().map(Ok))
-    }
 }
 
 /// The child's CompressionInfo.db: the parent's header, the child's `dataLength`, and its
@@ -109,15 +94,33 @@ pub fn write_compression_info<W: std::io::Write>(
     head.extend_from_slice(&(data_length as i64).to_be_bytes());
     head.extend_from_slice(&(offsets.len() as i32).to_be_bytes());
     out.write_all(&head).map_err(io)?;
-    let mut buf = Vec::with_capacity(64 * 1024);
-    for o in offsets.iter(&parent.offsets) {
-        buf.extend_from_slice(&(o? as i64).to_be_bytes());
-        if buf.len() >= 64 * 1024 {
+    // Offsets are written as Java longs; every child offset is non-negative, so its i64
+    // and u64 big-endian bytes are the same.
+    let mut buf = Vec::with_capacity(64 * 1024 + 8);
+    put_rebased(&mut buf, &offsets.head, 0);
+    if let Some(i) = offsets.interior {
+        // A block of parent offsets at a time, each moved by the same distance: one
+        // branch-free loop the compiler vectorises, instead of an iterator step an offset.
+        let delta = i.dst_start.wrapping_sub(i.src_start);
+        parent.offsets.for_each_block(i.from, i.to, |block| {
+            put_rebased(&mut buf, block, delta);
             out.write_all(&buf).map_err(io)?;
             buf.clear();
-        }
+            Ok(())
+        })?;
     }
+    put_rebased(&mut buf, &offsets.tail, 0);
     out.write_all(&buf).map_err(io)
+}
+
+/// Appends each of `offsets` moved by `delta` (wrapping: `o - src_start + dst_start` of an
+/// interior chunk) to `out` as a big-endian long.
+fn put_rebased(out: &mut Vec<u8>, offsets: &[u64], delta: u64) {
+    let start = out.len();
+    out.resize(start + offsets.len() * 8, 0);
+    for (b, o) in out[start..].chunks_exact_mut(8).zip(offsets) {
+        b.copy_from_slice(&o.wrapping_add(delta).to_be_bytes());
+    }
 }
 
 /// One piece of a child's Data.db, at child file offset `dst`: a parent byte range carried

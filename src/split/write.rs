@@ -23,6 +23,8 @@ use super::spec::{Cut, Label, RepairTriple};
 use super::staged::{Staged, StagingGuard, Unchecked, Written};
 use crate::io::durable::{Batch, BatchError};
 use crate::sstable::fingerprint::Fingerprint;
+use crate::sstable::index::IndexEntryRef;
+use crate::sstable::murmur::KeyHash;
 use crate::sstable::{Component, Descriptor, FormatError, SSTableId};
 
 /// Progress of the write pass.
@@ -48,13 +50,33 @@ impl From<BatchError> for WriteError {
     }
 }
 
-/// A parent entry read and not yet routed (its end is the next entry's position).
+/// A parent entry read and not yet routed (its end is the next entry's position); its
+/// buffers are reused from entry to entry, and its key hashed once (`KeyHash`) for the
+/// filter, the token and both fingerprints.
+#[derive(Default)]
 struct Pending {
+    /// Holds an entry still to route.
+    live: bool,
     ordinal: u64,
     key: Vec<u8>,
+    hash: KeyHash,
     position: u64,
     promoted: Vec<u8>,
     index_offset: u64,
+}
+
+impl Pending {
+    fn fill(&mut self, ordinal: u64, e: &IndexEntryRef<'_>) {
+        self.live = true;
+        self.ordinal = ordinal;
+        self.key.clear();
+        self.key.extend_from_slice(e.key);
+        self.hash = KeyHash::of(e.key);
+        self.position = e.position;
+        self.promoted.clear();
+        self.promoted.extend_from_slice(e.promoted_index);
+        self.index_offset = e.index_offset;
+    }
 }
 
 /// A child being written during the index pass.
@@ -177,47 +199,52 @@ impl Plan {
         };
         let mut dropped_fp = Fingerprint::default();
         let mut owned_fp = Fingerprint::default();
-        // The previous parent entry, flushed when the next one tells where it ends.
-        let mut pending: Option<Pending> = None;
+        // The previous parent entry, flushed when the next one tells where it ends. Two
+        // buffers, swapped at each entry: no allocation a partition.
+        let mut pending = Pending::default();
+        let mut next = Pending::default();
         let mut r = t.index_reader()?;
         let index_total = t.size_of(&Component::Index).unwrap_or(0);
         let mut ordinal = 0u64;
         let mut last_progress = 0;
         let data_length = t.data_length();
         loop {
-            let next = r.next_entry()?.map(|e| {
-                (
-                    e.position,
-                    e.key.to_vec(),
-                    e.promoted_index.to_vec(),
-                    e.index_offset,
-                )
-            });
-            if let (Some(o), Some(p)) = (owned, &pending) {
+            let more = match r.next_entry()? {
+                Some(e) => {
+                    next.fill(ordinal, &e);
+                    true
+                }
+                None => false,
+            };
+            let next_pos = more.then_some(next.position);
+            if let (Some(o), true) = (owned, pending.live) {
+                let p = &pending;
                 if p.ordinal >= parent.leading_empty()
-                    && o.contains(t.partitioner, &t.partitioner.token(&p.key))
+                    && o.contains(t.partitioner, &t.partitioner.token_hashed(&p.key, p.hash))
                 {
-                    owned_fp.add(&p.key);
+                    owned_fp.add_hash(p.hash);
                 }
                 while seg < segments.len() && segments[seg].1 < p.ordinal {
                     seg += 1;
                 }
                 if segments.get(seg).is_none_or(|s| s.0 > p.ordinal) {
                     if p.ordinal >= parent.leading_empty() {
-                        dropped_fp.add(&p.key);
+                        dropped_fp.add_hash(p.hash);
                     }
-                    pending = None;
+                    pending.live = false;
                 }
             }
-            if let Some(Pending {
-                ordinal: p_ord,
-                key,
-                position: pos,
-                promoted,
-                index_offset: off,
-            }) = pending.take()
-            {
-                let end = next.as_ref().map_or(data_length, |n| n.0);
+            if pending.live {
+                let Pending {
+                    ordinal: p_ord,
+                    ref key,
+                    hash,
+                    position: pos,
+                    ref promoted,
+                    index_offset: off,
+                    ..
+                } = pending;
+                let end = next_pos.unwrap_or(data_length);
                 while seg < segments.len() && segments[seg].1 < p_ord {
                     seg += 1;
                 }
@@ -243,7 +270,7 @@ impl Plan {
                 }
                 let filler = p_ord < parent.leading_empty();
                 if !filler {
-                    parent_fp.add(&key);
+                    parent_fp.add_hash(hash);
                 }
                 let o = match &mut open[ci] {
                     Some(o) => o,
@@ -276,9 +303,9 @@ impl Plan {
                 };
                 if filler {
                     // An earlier split's filler stays one (it leads the first child).
-                    o.side.add_filler(&key, child_pos, end - pos)?;
+                    o.side.add_filler(key, child_pos, end - pos)?;
                 } else {
-                    o.side.add(&key, child_pos, end - pos, &promoted)?;
+                    o.side.add(key, hash, child_pos, end - pos, promoted)?;
                 }
                 if p_ord == seg_last && seg == last_segment_of[ci] {
                     if let Some(o) = open[ci].take() {
@@ -302,16 +329,11 @@ impl Plan {
                     });
                 }
             }
-            let Some((pos, key, promoted, off)) = next else {
+            if !more {
                 break;
-            };
-            pending = Some(Pending {
-                ordinal,
-                key,
-                position: pos,
-                promoted,
-                index_offset: off,
-            });
+            }
+            std::mem::swap(&mut pending, &mut next);
+            let off = pending.index_offset;
             ordinal += 1;
             if off - last_progress > (1 << 20) {
                 progress(Progress::Index {
@@ -638,7 +660,7 @@ impl Plan {
                     if run.first_ordinal + n - 1 < self.parent.leading_empty() {
                         side.add_filler(&key, at(pos), end - pos)?;
                     } else {
-                        side.add(&key, at(pos), end - pos, &promoted)?;
+                        side.add(&key, KeyHash::of(&key), at(pos), end - pos, &promoted)?;
                     }
                 }
                 match next {

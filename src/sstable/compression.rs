@@ -179,6 +179,41 @@ impl ChunkOffsets {
         }
     }
 
+    /// Offsets of chunks `[from, to)` in order, handed to `f` a block at a time: the
+    /// held slice itself when they are in memory, blocks of `ITER_BLOCK` read from the file
+    /// otherwise (never all held). For loops that are cheaper over a slice than an item at a
+    /// time (rebasing a child's CompressionInfo.db).
+    pub fn for_each_block(
+        &self,
+        from: u64,
+        to: u64,
+        mut f: impl FnMut(&[u64]) -> Result<()>,
+    ) -> Result<()> {
+        let to = (to as usize).min(self.len());
+        let from = (from as usize).min(to);
+        match &*self.0 {
+            Backing::Memory(v) => {
+                for block in v[from..to].chunks(ITER_BLOCK) {
+                    f(block)?;
+                }
+                Ok(())
+            }
+            Backing::File {
+                path, file, start, ..
+            } => {
+                let mut block = Vec::with_capacity(ITER_BLOCK.min(to - from));
+                let mut i = from;
+                while i < to {
+                    let n = ITER_BLOCK.min(to - i);
+                    read_offsets(path, file, *start, i, n, &mut block)?;
+                    f(&block)?;
+                    i += n;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Every offset, in memory (small tables, tests, a receiver's check).
     pub fn to_vec(&self) -> Result<Vec<u64>> {
         self.iter(0, self.len() as u64).collect()

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use super::bytes::{Put, Reader};
 use super::error::Result;
-use super::murmur::hash3_x64_128;
+use super::murmur::KeyHash;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BloomFilter {
@@ -177,13 +177,19 @@ impl BloomFilter {
     }
 
     /// `BloomFilter.indexes`: base = h1, inc = h0, `abs(base % bits)` with Java's signed
-    /// remainder, base += inc (wrapping) per hash.
-    fn for_each_index(&self, key: &[u8], mut f: impl FnMut(u64) -> bool) -> bool {
-        let [h0, h1] = hash3_x64_128(key);
-        let bits = self.num_bits() as i64;
+    /// remainder, base += inc (wrapping) per hash. `f` answers whether to go on.
+    #[inline]
+    fn for_each_index(
+        hash_count: u32,
+        num_bits: u64,
+        hash: KeyHash,
+        mut f: impl FnMut(u64) -> bool,
+    ) -> bool {
+        let [h0, h1] = hash.0;
+        let bits = num_bits as i64;
         let mut base = h1 as i64;
         let inc = h0 as i64;
-        for _ in 0..self.hash_count {
+        for _ in 0..hash_count {
             let idx = (base % bits).unsigned_abs();
             if !f(idx) {
                 return false;
@@ -194,18 +200,33 @@ impl BloomFilter {
     }
 
     pub fn add(&mut self, key: &[u8]) {
-        let mut idx = Vec::with_capacity(self.hash_count as usize);
-        self.for_each_index(key, |i| {
-            idx.push(i);
+        self.add_hash(KeyHash::of(key));
+    }
+
+    /// `add` of a key whose hash is already known (no allocation: the bits are set as the
+    /// indexes come).
+    pub fn add_hash(&mut self, hash: KeyHash) {
+        let num_bits = self.num_bits();
+        let bits = &mut self.bits;
+        Self::for_each_index(self.hash_count, num_bits, hash, |i| {
+            if let Some(b) = bits.get_mut((i >> 3) as usize) {
+                *b |= 1 << (i & 7);
+            }
             true
         });
-        for i in idx {
-            self.bits[(i >> 3) as usize] |= 1 << (i & 7);
-        }
     }
 
     pub fn may_contain(&self, key: &[u8]) -> bool {
-        self.for_each_index(key, |i| self.bits[(i >> 3) as usize] & (1 << (i & 7)) != 0)
+        self.may_contain_hash(KeyHash::of(key))
+    }
+
+    /// `may_contain` of a key whose hash is already known.
+    pub fn may_contain_hash(&self, hash: KeyHash) -> bool {
+        Self::for_each_index(self.hash_count, self.num_bits(), hash, |i| {
+            self.bits
+                .get((i >> 3) as usize)
+                .is_some_and(|b| b & (1 << (i & 7)) != 0)
+        })
     }
 }
 

@@ -2,7 +2,7 @@
 //! wrapping sum of the first 64 bits of Cassandra's Murmur3 of every key (the measure of
 //! CASSANDRA-21550's harness and of `sstcheck.py`). Children must add up to the parent.
 
-use super::murmur::hash3_x64_128;
+use super::murmur::KeyHash;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Fingerprint {
@@ -19,7 +19,13 @@ fn hex64<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
 
 impl Fingerprint {
     pub fn add(&mut self, key: &[u8]) {
-        let h = hash3_x64_128(key)[0];
+        self.add_hash(KeyHash::of(key));
+    }
+
+    /// `add` of a key whose hash is already known.
+    #[inline]
+    pub fn add_hash(&mut self, hash: KeyHash) {
+        let h = hash.0[0];
         self.count += 1;
         self.xor ^= h;
         self.sum = self.sum.wrapping_add(h);

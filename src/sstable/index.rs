@@ -109,8 +109,9 @@ impl<'a> IndexReader<ReadAt<'a>> {
     /// Reads `file` (of `file_len` bytes) from `offset`, which must be where an entry
     /// starts, through a `buffer`-byte buffer (grown only for an entry larger than it).
     pub fn at(path: &Path, file: &'a File, file_len: u64, offset: u64, buffer: usize) -> Self {
-        let mut r = IndexReader::new(path, ReadAt { file, pos: offset }, file_len);
-        r.buf = vec![0; buffer.max(64)];
+        // Sized once: `new`'s default buffer would be allocated (and zeroed) for nothing, at
+        // every one of a sampled plan's probes.
+        let mut r = IndexReader::with_buffer(path, ReadAt { file, pos: offset }, file_len, buffer);
         r.offset = offset;
         r
     }
@@ -124,11 +125,17 @@ impl<'b> IndexReader<&'b [u8]> {
 
 impl<R: Read> IndexReader<R> {
     pub fn new(path: &Path, src: R, file_len: u64) -> Self {
+        let buffer = DEFAULT_BUFFER.min(file_len as usize);
+        IndexReader::with_buffer(path, src, file_len, buffer)
+    }
+
+    /// `new` with a `buffer`-byte buffer (at least 64; grown only for a larger entry).
+    fn with_buffer(path: &Path, src: R, file_len: u64, buffer: usize) -> Self {
         IndexReader {
             file: path.to_path_buf(),
             src,
             file_len,
-            buf: vec![0; DEFAULT_BUFFER.min(file_len as usize).max(64)],
+            buf: vec![0; buffer.max(64)],
             start: 0,
             end: 0,
             offset: 0,

@@ -32,6 +32,20 @@ pub fn hash3_x64_128(key: &[u8]) -> [u64; 2] {
     s.finish(&key[body..], key.len())
 }
 
+/// A partition key's `hash3_x64_128`, computed once and shared by everything that needs it:
+/// the Murmur3 token (`h1`, `Murmur3Partitioner.getToken`), the Bloom filter's indexes
+/// (`BloomFilter.indexes` from both words) and the key fingerprint (`h1`). A split hashes
+/// each key once where it writes it and once where its check reads it back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyHash(pub [u64; 2]);
+
+impl KeyHash {
+    #[inline]
+    pub fn of(key: &[u8]) -> KeyHash {
+        KeyHash(hash3_x64_128(key))
+    }
+}
+
 /// `hash3_x64_128` in two steps: whole 16-byte blocks first (`absorb_blocks`), then the
 /// rest and the length (`finish`). A search over keys that share a long prefix (the
 /// dead-prefix filler of `sstable::filler`) absorbs the prefix once and clones the state.

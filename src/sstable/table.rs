@@ -12,6 +12,7 @@ use super::error::{FormatError, Result};
 use super::filter::BloomFilter;
 use super::fingerprint::Fingerprint;
 use super::index::IndexReader;
+use super::murmur::KeyHash;
 use super::statistics::Statistics;
 use super::summary::Summary;
 use super::token::{Partitioner, Token};
@@ -299,6 +300,9 @@ pub struct CheckReport {
     pub first_token: Option<String>,
     pub last_token: Option<String>,
     pub first_position: Option<u64>,
+    /// Data.db position of the last partition (Index.db's last entry); not reported.
+    #[serde(skip)]
+    pub last_position: Option<u64>,
     /// Partition count, XOR and sum of every key's Murmur3 (see `Fingerprint`).
     pub fingerprint: Fingerprint,
     pub chunks_checked: u64,
@@ -363,13 +367,16 @@ fn check(
     // the boundary check read Data.db and report it).
     let mut leading = t.data_reader().ok();
     let data_length = t.data_length();
-    let mut prev: Option<(Token, Vec<u8>)> = None;
+    let mut prev: Option<Token> = None;
     let mut summary_next = 0usize;
     let mut reader = t.index_reader()?;
     let mut last_offset = 0u64;
+    // One hash a key: its token, its fingerprint and its Bloom filter lookup share it.
+    let mut prev_key: Vec<u8> = Vec::new();
     while let Some(e) = reader.next_entry()? {
-        let token = t.partitioner.token(e.key);
-        if let Some((pt, pk)) = &prev {
+        let hash = KeyHash::of(e.key);
+        let token = t.partitioner.token_hashed(e.key, hash);
+        if let Some((pt, pk)) = prev.as_ref().map(|p| (p, &prev_key)) {
             let ordered = match pt.cmp(&token) {
                 std::cmp::Ordering::Less => true,
                 std::cmp::Ordering::Equal => pk.as_slice() < e.key,
@@ -403,7 +410,7 @@ fn check(
         if filler {
             report.empty_partitions += 1;
         } else {
-            report.fingerprint.add(e.key);
+            report.fingerprint.add_hash(hash);
             report.partitions += 1;
         }
         if let Some(s) = &summary {
@@ -426,7 +433,7 @@ fn check(
             }
         }
         if let Some(f) = &filter {
-            if !f.may_contain(e.key) {
+            if !f.may_contain_hash(hash) {
                 return Err(FormatError::corrupt(
                     &t.path(&Component::Filter),
                     None,
@@ -450,14 +457,17 @@ fn check(
             }
         }
         let off = e.index_offset;
-        prev = Some((token, e.key.to_vec()));
+        prev = Some(token);
+        prev_key.clear();
+        prev_key.extend_from_slice(e.key);
+        report.last_position = Some(e.position);
         if off - last_offset > (1 << 20) {
             progress(CheckProgress::IndexBytes(off - last_offset));
             last_offset = off;
         }
     }
-    if let Some((token, key)) = prev {
-        report.last_key = key;
+    if let Some(token) = prev {
+        report.last_key = prev_key;
         report.last_token = Some(token.to_string());
     }
     if let Some(s) = &summary {

@@ -9,7 +9,7 @@ use std::fmt;
 
 use md5::{Digest, Md5};
 
-use super::murmur::hash3_x64_128;
+use super::murmur::KeyHash;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Partitioner {
@@ -45,6 +45,15 @@ impl Partitioner {
             Partitioner::Murmur3 => Token::Murmur3(murmur3_token(key)),
             Partitioner::Random => Token::Random(random_token(key)),
             Partitioner::ByteOrdered => Token::Bytes(key.to_vec()),
+        }
+    }
+
+    /// `token` of a key whose `hash3_x64_128` is already known: the Murmur3 token is taken
+    /// from it, the others are computed from the key as `token` does.
+    pub fn token_hashed(self, key: &[u8], hash: KeyHash) -> Token {
+        match self {
+            Partitioner::Murmur3 => Token::Murmur3(murmur3_token_of(key, hash)),
+            _ => self.token(key),
         }
     }
 
@@ -104,7 +113,16 @@ pub fn murmur3_token(key: &[u8]) -> i64 {
     if key.is_empty() {
         return i64::MIN;
     }
-    let h = hash3_x64_128(key)[0] as i64;
+    murmur3_token_of(key, KeyHash::of(key))
+}
+
+/// `murmur3_token` from the key's hash.
+#[inline]
+fn murmur3_token_of(key: &[u8], hash: KeyHash) -> i64 {
+    if key.is_empty() {
+        return i64::MIN;
+    }
+    let h = hash.0[0] as i64;
     if h == i64::MIN {
         i64::MAX
     } else {

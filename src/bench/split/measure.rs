@@ -192,6 +192,15 @@ pub struct Run {
     /// machine shows in the wall, not in the CPU.
     #[serde(default)]
     pub load1: Option<f64>,
+    /// Flush requests the output filesystem's device (the loop device) completed from the
+    /// start of the run to the end of its `syncfs` (`/proc/diskstats`): the cache flushes
+    /// the split's fsyncs (and the final syncfs) cost. Only this run writes to it.
+    #[serde(default)]
+    pub device_flushes: Option<u64>,
+    /// The same on the device that holds the loop image: what reaches the real disk, but
+    /// shared with everything else on the machine (other builds count too).
+    #[serde(default)]
+    pub backing_flushes: Option<u64>,
 }
 
 impl Run {
@@ -301,6 +310,11 @@ pub fn run_once(
         .stderr(Stdio::null())
         .status();
     let load1 = loadavg1();
+    let dev = proc::BlockDevice::of(ctx.out).ok();
+    let backing = dev.and_then(proc::BlockDevice::loop_backing);
+    let flushes =
+        |d: Option<proc::BlockDevice>| d.and_then(|d| d.flushes_completed().ok().flatten());
+    let flushes_before = (flushes(dev), flushes(backing));
     let m = child::measure(&mut cmd).with_context(|| format!("running {cmd:?}"))?;
     if m.exit_code != Some(0) {
         bail!(
@@ -312,6 +326,9 @@ pub fn run_once(
         );
     }
     let sync = syncfs(ctx.out)?;
+    let since = |before: Option<u64>, now: Option<u64>| Some(now?.saturating_sub(before?));
+    let device_flushes = since(flushes_before.0, flushes(dev));
+    let backing_flushes = since(flushes_before.1, flushes(backing));
     let used_after = used_bytes(ctx.out)?;
     let mut fiemap_shared = 0;
     let mut rebuilt = 0;
@@ -395,6 +412,8 @@ pub fn run_once(
         cache_check,
         tokens,
         load1,
+        device_flushes,
+        backing_flushes,
     };
     if run.check_ok == Some(false) {
         bail!(

@@ -116,9 +116,17 @@ pub struct Row {
     /// "ok" when every run's children matched the parent, "n/a" for cp.
     pub check: String,
     pub parent_resident_bytes_max: f64,
+    /// Median CPU user+sys over the parent's partitions and over its chunks, in µs: the
+    /// whole split (plan, write, check, publish) charged to each (splits only).
+    pub cpu_us_per_partition: Option<f64>,
+    pub cpu_us_per_chunk: Option<f64>,
+    /// Flushes the loop device completed a run (`Run::device_flushes`) and the device of
+    /// its image (`Run::backing_flushes`, shared with the machine).
+    pub device_flushes: Option<Stat>,
+    pub backing_flushes: Option<Stat>,
 }
 
-pub fn aggregate(runs: &[Run]) -> Vec<Row> {
+pub fn aggregate(runs: &[Run], parents: &[ParentInfo]) -> Vec<Row> {
     let mut groups: Vec<Vec<&Run>> = Vec::new();
     for r in runs {
         let same = |g: &Vec<&Run>| {
@@ -145,6 +153,21 @@ pub fn aggregate(runs: &[Run]) -> Vec<Row> {
                 (!v.is_empty()).then(|| Stat::of(&v).median)
             };
             let x = g[0];
+            let parent = parents.iter().find(|p| {
+                p.size_bytes == x.size_bytes
+                    && p.partition_size == x.partition_size
+                    && p.content == x.content
+            });
+            let cpu_s = stat(&|r| r.cpu_s());
+            let split = g.iter().any(|r| r.check_ok.is_some());
+            let per = |n: Option<u64>| {
+                n.filter(|&n| split && n > 0)
+                    .map(|n| cpu_s.median * 1e6 / n as f64)
+            };
+            let flushes = |f: &dyn Fn(&Run) -> Option<u64>| {
+                let v: Vec<f64> = g.iter().filter_map(|r| f(r)).map(|x| x as f64).collect();
+                (!v.is_empty()).then(|| Stat::of(&v))
+            };
             let mut reasons: Vec<String> = Vec::new();
             for r in &g {
                 for s in &r.fallback_reasons {
@@ -170,7 +193,11 @@ pub fn aggregate(runs: &[Run]) -> Vec<Row> {
                 runs: g.len(),
                 wall_s: stat(&|r| r.wall_s),
                 process_wall_s: stat(&|r| r.process_wall_s),
-                cpu_s: stat(&|r| r.cpu_s()),
+                cpu_us_per_partition: per(parent.map(|p| p.partitions)),
+                cpu_us_per_chunk: per(parent.map(|p| p.chunks)),
+                device_flushes: flushes(&|r| r.device_flushes),
+                backing_flushes: flushes(&|r| r.backing_flushes),
+                cpu_s,
                 read_bytes: stat(&|r| r.read_bytes as f64),
                 write_bytes: stat(&|r| r.write_bytes as f64),
                 peak_rss_bytes: stat(&|r| r.peak_rss_bytes as f64),
@@ -388,6 +415,23 @@ impl Report<'_> {
                 ));
             }
         }
+        // Issue 21: the whole split's CPU charged to each partition, at 8 GiB and the largest.
+        for &size in &speed_sizes {
+            if let Some(us) = self
+                .row(size, ps, Content::Compressible, ALIGNED.name, "cold")
+                .and_then(|r| r.cpu_us_per_partition)
+            {
+                t.push(ratio_target(
+                    &format!(
+                        "{}: aligned, no digest CPU a partition, all-in (issue 21; the prototype: 0.89 µs)",
+                        size_label(size)
+                    ),
+                    us,
+                    0.5,
+                    &|v| format!("{v:.3} µs"),
+                ));
+            }
+        }
         if let Some(((_, per_partition, per_chunk), n)) = self.cpu_fit(ALIGNED.name) {
             let us = |v: f64| format!("{:.3} µs", v * 1e6);
             t.push(ratio_target(
@@ -504,7 +548,8 @@ fn csv(rows: &[Row], parents: &[ParentInfo]) -> String {
 wall_s_median,wall_s_min,wall_s_max,process_wall_s_median,cpu_s_median,cpu_s_min,cpu_s_max,\
 read_bytes_median,read_bytes_min,read_bytes_max,write_bytes_median,write_bytes_min,write_bytes_max,\
 peak_rss_bytes_median,peak_rss_bytes_max,bytes_shared,bytes_copied,bytes_reencoded,\
-fiemap_shared_bytes,space_used_bytes,children,children_fallback,check\n",
+fiemap_shared_bytes,space_used_bytes,children,children_fallback,check,\
+cpu_us_per_partition,cpu_us_per_chunk,device_flushes_median,backing_flushes_median\n",
     );
     let o = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.0}"));
     for r in rows {
@@ -514,7 +559,7 @@ fiemap_shared_bytes,space_used_bytes,children,children_fallback,check\n",
                 && p.content == r.content
         });
         s.push_str(&format!(
-            "{},{},{},{},{},\"{}\",{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{},{},{},{:.0},{:.0},{},{},{}\n",
+            "{},{},{},{},{},\"{}\",{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{},{},{},{:.0},{:.0},{},{},{},{},{},{},{}\n",
             r.size_bytes as f64 / GIB as f64,
             r.partition_size,
             serde_json::to_value(r.content).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
@@ -547,6 +592,10 @@ fiemap_shared_bytes,space_used_bytes,children,children_fallback,check\n",
             r.children,
             r.children_fallback.map_or(String::new(), |n| n.to_string()),
             r.check,
+            r.cpu_us_per_partition.map_or(String::new(), |v| format!("{v:.4}")),
+            r.cpu_us_per_chunk.map_or(String::new(), |v| format!("{v:.4}")),
+            r.device_flushes.as_ref().map_or(String::new(), |v| format!("{:.0}", v.median)),
+            r.backing_flushes.as_ref().map_or(String::new(), |v| format!("{:.0}", v.median)),
         ));
     }
     s
@@ -563,6 +612,19 @@ fn secs_show(s: &Stat) -> String {
         }
     };
     format!("{} s ({}–{})", f(s.median), f(s.min), f(s.max))
+}
+
+fn us_cell(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.3} µs"))
+}
+
+/// Median flushes a run on the loop device / on the disk holding its image.
+fn flush_cell(r: &Row) -> String {
+    let m = |s: &Option<Stat>| {
+        s.as_ref()
+            .map_or("-".into(), |s| format!("{:.0}", s.median))
+    };
+    format!("{} / {}", m(&r.device_flushes), m(&r.backing_flushes))
 }
 
 fn opt_human(x: Option<f64>) -> String {
@@ -606,12 +668,12 @@ Median of {} runs, (min–max) for wall. Wall = process start to exit + `syncfs`
             a.iterations
         ));
     }
-    s.push_str("| configuration | filesystem | wall | CPU user+sys | read | written | peak RSS | shared | copied | re-encoded | check |\n");
-    s.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
+    s.push_str("| configuration | filesystem | wall | CPU user+sys | CPU a partition | CPU a chunk | device flushes (loop / its disk) | read | written | peak RSS | shared | copied | re-encoded | check |\n");
+    s.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
     for c in MAIN {
         if let Some(r) = rep.main_row(c.name) {
             s.push_str(&format!(
-                "| {} | {} | {} | {:.2} s | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {:.3} s | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 r.config,
                 match r.fs {
                     Fs::Xfs => "XFS loop",
@@ -619,6 +681,9 @@ Median of {} runs, (min–max) for wall. Wall = process start to exit + `syncfs`
                 },
                 secs_show(&r.wall_s),
                 r.cpu_s.median,
+                us_cell(r.cpu_us_per_partition),
+                us_cell(r.cpu_us_per_chunk),
+                flush_cell(r),
                 human(r.read_bytes.median),
                 human(r.write_bytes.median),
                 human(r.peak_rss_bytes.median),
@@ -1059,7 +1124,7 @@ pub fn emit(
     env: Value,
     largest: u64,
 ) -> Result<Output> {
-    let rows = aggregate(runs);
+    let rows = aggregate(runs, parents);
     let rep = Report {
         parents,
         runs,
