@@ -509,13 +509,29 @@ pub fn could_hold(c: &Creds, mountinfo: Option<&str>, v: &VolumeAccess) -> bool 
     reach && search
 }
 
+/// A `/proc/<pid>/status` of a process that has exited: state `Z` (zombie) or `X` (dead).
+pub fn is_exited(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .and_then(|r| r.trim_start().chars().next())
+        .is_some_and(|c| c == 'Z' || c == 'X')
+}
+
 /// Why a process cannot hold files of any of `vols`, or `None` if it could (or if its
 /// status cannot be read: then it counts, to be safe).
 fn cannot_hold(pid_dir: &Path, vols: &[VolumeAccess]) -> Option<String> {
+    let status = std::fs::read_to_string(pid_dir.join("status")).ok()?;
+    if is_exited(&status) {
+        // The kernel closes a process's files (`exit_files` in `do_exit`) before it becomes
+        // a zombie; what is left is its exit status for a parent that has not reaped it
+        // (a pod's `pause` reaps, an idle stand-in may not). Its fd directory is unreadable
+        // to another UID all the same, so it must not count as a possible holder.
+        return Some("exited (a zombie: its files are closed)".to_string());
+    }
     if vols.is_empty() {
         return None;
     }
-    let status = std::fs::read_to_string(pid_dir.join("status")).ok()?;
     let creds = parse_creds(&status)?;
     let mountinfo = std::fs::read_to_string(pid_dir.join("mountinfo")).ok();
     if vols
@@ -582,6 +598,20 @@ pub fn proc_facts_for(dirs: &[&Path]) -> ProcFacts {
 #[cfg(test)]
 mod visibility_tests {
     use super::*;
+
+    #[test]
+    fn a_zombie_holds_no_file_a_sleeping_process_may() {
+        let st = |state: &str| {
+            format!(
+                "Name:\tsleep\nUmask:\t0022\nState:\t{state}\nTgid:\t2\nUid:\t999\t999\t999\t999\n"
+            )
+        };
+        assert!(is_exited(&st("Z (zombie)")));
+        assert!(is_exited(&st("X (dead)")));
+        assert!(!is_exited(&st("S (sleeping)")));
+        assert!(!is_exited(&st("R (running)")));
+        assert!(!is_exited("Name:\tx\n"));
+    }
 
     fn facts() -> ProcFacts {
         ProcFacts {
