@@ -102,7 +102,7 @@ pub fn check_prediction(budget_s: u32, replace: Duration, t: &Timing) -> Result<
         return Err(Failure::new(
             Reason::DowntimeExceeded,
             format!(
-                "the window is predicted to take {} s (stop {} s + Replace {:.1} s + start {} s, --management-api-start-seconds), above spec.maxDowntimeSeconds {budget_s}: nothing was asked of Cassandra. Raise maxDowntimeSeconds (≤ {MAX_DOWNTIME_LIMIT}), split fewer sstables per job, or use publish: OnRestart",
+                "the window is predicted to take {} s (stop {} s + Replace {:.1} s + start {} s, --management-api-start-seconds), above spec.maxDowntimeSeconds {budget_s}: nothing was asked of Cassandra. Raise maxDowntimeSeconds (≤ {MAX_DOWNTIME_LIMIT}), split fewer sstables per job, or use publish: Stage (no downtime)",
                 predicted.as_secs(),
                 STOP_ALLOWANCE.as_secs(),
                 replace.as_secs_f64(),
