@@ -74,6 +74,8 @@ pub enum Reason {
     DowntimeExceeded,
     /// The management API could not be reached, or answered a call with a status its OpenAPI document does not give for success.
     ManagementApiFailed,
+    /// An `OnRestart` job's intent and staged children are gone from the data volume before `apply-pending` published them (removed by hand, or the volume replaced): nothing was published.
+    PendingLost,
 }
 
 impl Reason {
@@ -99,6 +101,7 @@ impl Reason {
             Reason::InvalidRange => "A token range of a spec does not parse for the table's partitioner, or ranges overlap.",
             Reason::TableBusy => "Another job or stream of this node works on the same table (it waits, then runs).",
             Reason::ConcurrencyLimit => "`--max-concurrent-jobs` runs already hold this node (it waits, then runs).",
+            Reason::PendingLost => "An `OnRestart` job's intent and staged children are gone from the data volume before `apply-pending` published them (removed by hand, or the volume replaced): nothing was published.",
             Reason::ParentChanged => "A parent sstable is no longer what an intent recorded (compacted away, replaced, changed).",
             Reason::WrongDestination => "A stream transfer reached a receiver that is not its destination node (HTTP 421).",
             Reason::SecondaryIndexPresent => "The table has a secondary index or SAI whose files would go stale.",
@@ -135,6 +138,7 @@ impl Reason {
         Reason::TableBusy,
         Reason::ConcurrencyLimit,
         Reason::ParentChanged,
+        Reason::PendingLost,
         Reason::WrongDestination,
         Reason::SecondaryIndexPresent,
         Reason::RingChanging,
@@ -169,6 +173,7 @@ impl Reason {
             Reason::TableBusy => "TableBusy",
             Reason::ConcurrencyLimit => "ConcurrencyLimit",
             Reason::ParentChanged => "ParentChanged",
+            Reason::PendingLost => "PendingLost",
             Reason::WrongDestination => "WrongDestination",
             Reason::SecondaryIndexPresent => "SecondaryIndexPresent",
             Reason::RingChanging => "RingChanging",
@@ -257,6 +262,8 @@ pub enum Milestone {
     WindowOpened,
     /// Cassandra is ready again after a maintenance window.
     WindowClosed,
+    /// An `OnRestart` job's children are staged and its intent durable: they are published when Cassandra restarts (`cleave apply-pending` in the init container).
+    AwaitingRestart,
 }
 
 impl Milestone {
@@ -275,6 +282,7 @@ impl Milestone {
             Milestone::Cleanup => "A deleted resource's leftovers were removed.",
             Milestone::WindowOpened => "Cassandra was stopped through the management API for a maintenance window.",
             Milestone::WindowClosed => "Cassandra is ready again after a maintenance window.",
+            Milestone::AwaitingRestart => "An `OnRestart` job's children are staged and its intent durable: they are published when Cassandra restarts (`cleave apply-pending` in the init container).",
         }
     }
 
@@ -291,6 +299,7 @@ impl Milestone {
         Milestone::Cleanup,
         Milestone::WindowOpened,
         Milestone::WindowClosed,
+        Milestone::AwaitingRestart,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -307,6 +316,7 @@ impl Milestone {
             Milestone::Cleanup => "Cleanup",
             Milestone::WindowOpened => "WindowOpened",
             Milestone::WindowClosed => "WindowClosed",
+            Milestone::AwaitingRestart => "AwaitingRestart",
         }
     }
 }

@@ -304,6 +304,7 @@ fn parallelism_splits_that_many_sstables_at_once() {
         let (outcome, stats) = job::run(
             &spec(p),
             &name,
+            &name,
             &data,
             &mut st,
             &Arc::new(AtomicBool::new(false)),

@@ -11,6 +11,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::*;
 
@@ -533,4 +534,202 @@ fn sidecar_shape_guard_sees_cassandra_and_ignores_pause() {
         assert!(!table.join("nb-1-big-Data.db").exists());
     }
     drop(pause);
+}
+
+/// An AnticompactionJob with `publish: OnRestart`, for the sidecar of node `n1`.
+fn on_restart_job(name: &str, data: &Path, parent: &str) -> String {
+    format!(
+        "apiVersion: cleave.dev/v1alpha1\nkind: AnticompactionJob\nmetadata:\n  name: {name}\n  namespace: default\n  labels:\n    cleave.dev/node: n1\nspec:\n  nodeName: n1\n  dataDirectory: {}\n  keyspace: ks\n  sstables: [{parent}]\n  ranges:\n    - {{start: \"-3074457345618258603\", end: \"3074457345618258602\"}}\n  repairedAt: 1700000000000\n  publish: OnRestart\n",
+        data.display()
+    )
+}
+
+/// The job's status once its phase is one of `phases`.
+fn job_in(
+    c: &common::k8s::Cluster,
+    name: &str,
+    phases: &[&str],
+    timeout: Duration,
+) -> serde_json::Value {
+    c.wait(&format!("{name} in {phases:?}"), timeout, || {
+        let o = c.get("anticompactionjob", name)?;
+        let p = o["status"]["phase"].as_str()?;
+        assert!(
+            phases.contains(&p) || ["Pending", "Running", "AwaitingRestart"].contains(&p),
+            "{name}: unexpected {o:#}"
+        );
+        phases.contains(&p).then(|| o["status"].clone())
+    })
+}
+
+fn condition<'a>(st: &'a serde_json::Value, ty: &str) -> &'a serde_json::Value {
+    st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == ty)
+        .unwrap_or_else(|| panic!("no {ty} condition: {st:#}"))
+}
+
+/// The operator side on the real apiserver: an `OnRestart` job stages while a Cassandra
+/// stand-in holds its parent and waits in `AwaitingRestart`; `apply-pending` refuses while
+/// the stand-in runs and changes nothing, publishes once it stopped; the sidecar started
+/// afterwards marks the job `Complete` with the live children, which hold exactly the
+/// parent's keys. A second job, whose parent is compacted away before the restart, is
+/// settled by the sidecar that kept running (within its 10 s poll): `Failed` /
+/// `ParentChanged`, its children gone.
+#[test]
+fn an_on_restart_job_awaits_the_restart_and_the_sidecar_settles_its_outcome() {
+    use common::k8s::{control_plane_or_skip, Cluster, Sidecar};
+    if !control_plane_or_skip("on-restart job") {
+        return;
+    }
+    let Some(m) = xfs_or_skip("on_restart_job", 512 << 20) else {
+        return;
+    };
+    if shared_dir().is_none() {
+        eprintln!("SKIP: no ../shared");
+        return;
+    }
+    let data = m.mount_point.join("data");
+    let table = data.join(TABLE);
+    gen_table(&table, &[(1, "512KiB"), (2, "512KiB")]);
+    let p1 = table.join("nb-1-big-Data.db");
+    let fp1 = sstcheck_fp(std::slice::from_ref(&p1));
+    let c = Cluster::start();
+    c.apply_crds();
+
+    // Cassandra runs (a stand-in holds the parent): the job stages beside it.
+    let cassandra = holder(&p1);
+    let sidecar = Sidecar::start(&c, &data, &[]);
+    c.apply(&on_restart_job("first", &data, "nb-1-big-Data.db"));
+    let st = job_in(&c, "first", &["AwaitingRestart"], Duration::from_secs(120));
+    let cond = condition(&st, "AwaitingRestart");
+    assert_eq!(cond["status"], "True", "{st:#}");
+    let how = cond["message"].as_str().unwrap();
+    assert!(
+        how.contains("kubectl delete pod n1")
+            && how.contains("CassandraTask")
+            && how.contains("apply-pending"),
+        "{how}"
+    );
+    assert_eq!(condition(&st, "Running")["status"], "False");
+    assert!(
+        st["worker"].is_null(),
+        "no lease while awaiting the restart: {st:#}"
+    );
+    let staged: Vec<&str> = st["results"][0]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(
+        !staged.is_empty() && staged.iter().all(|c| c.contains("/.cleave-pending/")),
+        "{staged:?}"
+    );
+    assert_eq!(
+        data_files(&table),
+        vec![p1.clone(), table.join("nb-2-big-Data.db")],
+        "nothing live changed"
+    );
+    // The job stays there while nothing restarts (a reconcile does not run it again).
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        c.phase("anticompactionjob", "first").as_deref(),
+        Some("AwaitingRestart")
+    );
+
+    // The init container before Cassandra stopped: refused, nothing changed.
+    let snap = snapshot(&data);
+    let out = apply(&data).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["reason"], "CassandraRunning", "{v}");
+    assert_eq!(
+        snapshot(&data),
+        snap,
+        "a refused apply-pending changed files"
+    );
+
+    // The pod restarts: sidecar and Cassandra stop, the init container publishes, the
+    // sidecar starts again (before Cassandra) and settles the job.
+    drop(sidecar);
+    drop(cassandra);
+    let r = apply_ok(&data);
+    assert_eq!(r["jobs"][0]["action"], "applied", "{r}");
+    let sidecar = Sidecar::start(&c, &data, &[]);
+    let st = job_in(
+        &c,
+        "first",
+        &["Complete", "Failed"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(st["phase"], "Complete", "{st:#}");
+    assert_eq!(condition(&st, "AwaitingRestart")["status"], "False");
+    let children: Vec<PathBuf> = st["results"][0]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| PathBuf::from(c.as_str().unwrap()))
+        .collect();
+    assert!(!children.is_empty());
+    for ch in &children {
+        assert_eq!(ch.parent(), Some(table.as_path()), "a live child: {ch:?}");
+    }
+    let mut live_now = live(&table);
+    live_now.retain(|p| !p.ends_with("nb-2-big-Data.db"));
+    let mut want = children.clone();
+    want.sort();
+    assert_eq!(
+        live_now, want,
+        "the live sstables are the job's children and nb-2"
+    );
+    assert!(!p1.exists());
+    assert_eq!(
+        sstcheck_fp(&children),
+        fp1,
+        "the children hold exactly the parent's keys"
+    );
+    assert!(
+        !table.join(".cleave-pending").exists(),
+        "the outcome is removed once recorded: {:?}",
+        names(&table)
+    );
+
+    // A second job, then its parent is compacted away before the restart; this time the
+    // sidecar keeps running (the DaemonSet shape) and settles it by itself.
+    c.apply(&on_restart_job("second", &data, "nb-2-big-Data.db"));
+    job_in(&c, "second", &["AwaitingRestart"], Duration::from_secs(120));
+    for f in names(&table).iter().filter(|n| n.starts_with("nb-2-")) {
+        std::fs::rename(table.join(f), table.join(f.replacen("nb-2-", "nb-90-", 1))).unwrap();
+    }
+    let r = apply_ok(&data);
+    assert_eq!(
+        r["jobs"][0]["outcome"]["result"]["reason"], "ParentChanged",
+        "{r}"
+    );
+    let t = std::time::Instant::now();
+    let st = job_in(
+        &c,
+        "second",
+        &["Complete", "Failed"],
+        Duration::from_secs(30),
+    );
+    assert!(t.elapsed() <= Duration::from_secs(30));
+    assert_eq!(st["phase"], "Failed", "{st:#}");
+    assert_eq!(st["reason"], "ParentChanged", "{st:#}");
+    assert!(
+        st["message"].as_str().unwrap().contains("nb-2-big-Data.db"),
+        "{st:#}"
+    );
+    assert!(
+        !table.join(".cleave-pending").exists(),
+        "the second job's children are gone: {:?}",
+        names(&table)
+    );
+    let mut live_now = live(&table);
+    live_now.retain(|p| !p.ends_with("nb-90-big-Data.db"));
+    assert_eq!(live_now, want, "the first job's children are untouched");
+    drop(sidecar);
 }

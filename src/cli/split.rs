@@ -668,7 +668,9 @@ pub fn apply_pending(a: ApplyPendingArgs) -> Result<ExitCode> {
             intent::JobAction::Applied { outcome } | intent::JobAction::WouldApply { outcome } => {
                 let would = if a.dry_run { "would be " } else { "" };
                 match &outcome.result {
-                    intent::OutcomeResult::Complete { parents, children } => println!(
+                    intent::OutcomeResult::Complete {
+                        parents, children, ..
+                    } => println!(
                         "{}: job {} {would}published: {} replaced by {} children",
                         outcome.table_dir.display(),
                         outcome.job_uid,

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use kube::ResourceExt;
 
-use super::core::{lease, now, Ctx, Ended, Kind, Run, Store};
+use super::core::{lease, now, restart, Ctx, Ended, Kind, Run, Store};
 use super::crd::{
     AnticompactionJob, JobStatus, Maintenance, Publish, SSTableResult, WindowStatus, WindowStep,
 };
@@ -79,6 +79,9 @@ impl Kind for AnticompactionJob {
         let (mut ended, mut last, hit) = self
             .split(&ctx, &mut run, &mut lease, latest, &data_dir, deadline)
             .await;
+        if ended == Ended::Complete && self.spec.publish == Publish::OnRestart {
+            ended = Ended::Staged(restart::how_to_restart(&self.spec.node_name));
+        }
         if let Some(w) = last
             .window
             .as_mut()
@@ -104,14 +107,18 @@ impl Kind for AnticompactionJob {
     }
 
     /// Removes this job's unpublished leftovers (staging directories, an interrupted
-    /// replace) on this node. Children already published stay: they are Cassandra's data.
+    /// replace, the intents and staged children of an `OnRestart` not yet applied, so that
+    /// the next restart does not publish a deleted job) on this node. Children already
+    /// published stay: they are Cassandra's data.
     async fn cleanup<S: Store>(self: Arc<Self>, ctx: Arc<Ctx<S>>, _stopped: bool) -> String {
         let data_dir = decide::data_dir(self.spec.data_directory.as_deref(), &ctx.data_dir);
         let name = self.name_any();
+        let uid = restart::job_uid(&*self);
         let spec = self.spec.clone();
         let r = tokio::task::spawn_blocking(move || {
             let dirs = job::table_dirs(&data_dir, &spec).unwrap_or_default();
-            job::recover_leftovers(&dirs, &name)
+            job::recover_leftovers(&dirs, &name)?;
+            job::withdraw_intents(&dirs, &uid)
         })
         .await;
         match r {
@@ -274,6 +281,7 @@ impl AnticompactionJob {
         let limits = ctx.limits.clone();
         let mut worker_status = latest.clone();
         let (n2, ns2, c2) = (name.clone(), ns.clone(), run.cancel.clone());
+        let uid = restart::job_uid(self);
         let task = tokio::task::spawn_blocking(move || {
             let mut on_step = |step: Step<'_>, s: &JobStatus| {
                 if let Step::Done { result, report } = step {
@@ -294,6 +302,7 @@ impl AnticompactionJob {
             let r = job::run(
                 &spec,
                 &n2,
+                &uid,
                 &data_dir,
                 &mut worker_status,
                 &c2,

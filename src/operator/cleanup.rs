@@ -43,7 +43,7 @@ impl Kind for CleanupJob {
         decide::check_rate(spec.max_bytes_per_second)
             .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
         decide::check_node_label(self.labels(), &spec.node_name)?;
-        decide::check_publish(spec.publish)?;
+        decide::check_cleanup_publish(spec.publish)?;
         match (spec.ownership, spec.owned_ranges.is_empty()) {
             (Ownership::Ranges, true) => Err(Failure::new(
                 Reason::InvalidSpec,

@@ -33,6 +33,9 @@ pub enum Next {
     Finished(Option<Duration>),
     /// TTL expired.
     Delete,
+    /// `publish: OnRestart` staged its children: look for apply-pending's outcome
+    /// (`core::restart`), no lease needed (the node's files are the state).
+    AwaitRestart,
 }
 
 pub fn is_finished(s: Option<&JobStatus>) -> bool {
@@ -87,7 +90,6 @@ pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), Failure> {
         (None, Some(u)) if uuid::Uuid::parse_str(u).is_err() => return bad(Reason::InvalidRepairMetadata, format!("spec.pendingRepair {u:?} is not a UUID")),
         _ => {}
     }
-    check_publish(spec.publish)?;
     if spec.parallelism == Some(0) {
         return bad(
             Reason::InvalidSpec,
@@ -105,14 +107,14 @@ pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `publish: OnRestart` is the CLI's (`cleave split --publish on-restart`, then `cleave
-/// apply-pending` in an init container) until the operator records intents and reads
-/// their outcomes; a job asking for it is refused before anything is written.
-pub fn check_publish(p: crate::split::publish::Publish) -> Result<(), Failure> {
+/// A CleanupJob's `publish: OnRestart` waits for the engine's cleanup intents (an intent
+/// today records children per parent, not the sstables a cleanup drops): refused before
+/// anything is written.
+pub fn check_cleanup_publish(p: crate::split::publish::Publish) -> Result<(), Failure> {
     if p == crate::split::publish::Publish::OnRestart {
         return Err(Failure::new(
             Reason::InvalidSpec,
-            "spec.publish: OnRestart is not handled by the operator yet: use Stage (then `nodetool import --keep-repaired`) or Replace, or `cleave split --publish on-restart` on the node (docs/split.md \"Publish on restart\")",
+            "CleanupJob spec.publish: OnRestart is not supported yet: use Stage or Replace (docs/cleanup.md)",
         ));
     }
     Ok(())
@@ -192,6 +194,9 @@ pub fn next<K: Kind>(obj: &K, node: &str, me: &str, now: i64) -> Next {
             (Some(ttl), None) => Next::Finished(Some(Duration::from_secs(ttl.max(1) as u64))),
             (None, _) => Next::Finished(None),
         };
+    }
+    if status::phase(status) == status::Phase::AwaitingRestart {
+        return Next::AwaitRestart;
     }
     if let Err(f) = obj.validate() {
         return Next::Fail(f);

@@ -166,6 +166,19 @@ pub fn recover_leftovers(dirs: &[PathBuf], job: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `OnRestart`: withdraws the job's intents not yet applied (`split::intent::withdraw`),
+/// for a job deleted before the restart that would have published them.
+pub fn withdraw_intents(dirs: &[PathBuf], job_uid: &str) -> Result<(), Failure> {
+    for d in dirs {
+        if split::intent::withdraw(d, job_uid)
+            .map_err(|e| Failure::new(e.reason(), e.to_string()))?
+        {
+            tracing::info!(table = %d.display(), "withdrew this job's intent: its staged children are removed and will not be published");
+        }
+    }
+    Ok(())
+}
+
 /// `Stage`: removes the children in the job's staging directories that no result in
 /// `status` names. A run publishes a parent's children, then records the result; killed in
 /// between (or its status write lost), the next run sees the parent as not done and splits
@@ -323,10 +336,13 @@ pub fn target_cassandra(
     }
 }
 
-/// Splits one parent: the one call into the split engine.
+/// Splits one parent: the one call into the split engine. `OnRestart` stages the children
+/// in the table's pending directory under `job_uid` and records them in its intent
+/// (`split::intent`); the parent stays live.
 fn split_one(
     spec: &AnticompactionJobSpec,
     job_name: &str,
+    job_uid: &str,
     parent: &Path,
     throttle: Option<&Arc<TokenBucket>>,
     node_cassandra: TargetCassandra,
@@ -334,7 +350,6 @@ fn split_one(
     let table_dir = parent.parent().map(Path::to_path_buf).unwrap_or_default();
     let out_dir = match spec.publish {
         _ if spec.dry_run => table_dir.clone(),
-        // OnRestart is refused by validate_spec.
         Publish::Replace | Publish::OnRestart => table_dir.clone(),
         Publish::Stage => table_dir.join(STAGED_DIR).join(job_name),
     };
@@ -367,14 +382,12 @@ fn split_one(
     decide::check_partitioner(spec.partitioner, opened.table().partitioner)
         .map_err(|m| undo(Failure::new(Reason::InvalidSpec, m)))?;
     let ranges = decide::validate_ranges(spec, opened.table().partitioner).map_err(undo)?;
-    let report = split::run(
-        &opened,
-        &Cut::Ranges(ranges),
-        &policy,
-        &target,
-        &lock,
-        &mut |_| {},
-    )?;
+    let cut = Cut::Ranges(ranges);
+    let report = if spec.publish == Publish::OnRestart && !spec.dry_run {
+        split::intent::split_pending(&opened, &cut, &policy, job_uid, &lock)?.split
+    } else {
+        split::run(&opened, &cut, &policy, &target, &lock, &mut |_| {})?
+    };
     let result = SSTableResult {
         parent: parent.to_string_lossy().to_string(),
         children: report
@@ -435,6 +448,7 @@ pub struct RunStats {
 pub fn run(
     spec: &AnticompactionJobSpec,
     job_name: &str,
+    job_uid: &str,
     data_dir: &Path,
     status: &mut JobStatus,
     cancel: &Arc<AtomicBool>,
@@ -511,7 +525,7 @@ pub fn run(
                 let Some(parent) = next else { return };
                 let n = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                 max_in_flight.fetch_max(n, Ordering::SeqCst);
-                let r = split_one(spec, job_name, &parent, throttle, limits.cassandra);
+                let r = split_one(spec, job_name, job_uid, &parent, throttle, limits.cassandra);
                 in_flight.fetch_sub(1, Ordering::SeqCst);
                 if tx.send(r).is_err() {
                     return;

@@ -9,7 +9,9 @@
 //! Pending --Claimed--> Running --Finished--> Complete | Planned (dry run)
 //!    |  ^                 |  \--Failed----> Failed
 //!    |  '--Waiting        |  \--Interrupted (stays Running, lease released)
-//!    '--Rejected--> Failed '--Heartbeat / Progress (stays Running)
+//!    '--Rejected--> Failed |  '--Heartbeat / Progress (stays Running)
+//!                         '--Staged (publish: OnRestart)--> AwaitingRestart
+//!                                       --Finished | Failed (apply-pending's outcome)-->
 //! ```
 //!
 //! Conditions follow metav1.Condition: a list-map keyed by `type`, `lastTransitionTime`
@@ -33,6 +35,10 @@ pub enum Phase {
     Planned,
     Complete,
     Failed,
+    /// `publish: OnRestart`: the children are staged and the intent durable; `cleave
+    /// apply-pending` publishes them before Cassandra next starts, and the sidecar turns
+    /// its outcome into Complete or Failed. No worker holds a lease meanwhile.
+    AwaitingRestart,
 }
 
 impl Phase {
@@ -43,6 +49,7 @@ impl Phase {
             Phase::Planned => "Planned",
             Phase::Complete => "Complete",
             Phase::Failed => "Failed",
+            Phase::AwaitingRestart => "AwaitingRestart",
         }
     }
 
@@ -80,6 +87,9 @@ pub enum Event<'a> {
     Interrupted,
     /// Execution failed.
     Failed { reason: Reason, message: &'a str },
+    /// `publish: OnRestart`: every parent's children are staged beside the running
+    /// Cassandra and recorded in intents; `how` says how to restart it.
+    Staged { how: &'a str },
     /// A RangeStream's spec is valid; it waits for the streaming engine.
     StreamAccepted,
     /// A RangeStream's sender recorded more bytes or verdicts (it owns `stream` and
@@ -147,6 +157,7 @@ pub enum ConditionType {
     Complete,
     Planned,
     Accepted,
+    AwaitingRestart,
 }
 
 impl ConditionType {
@@ -159,13 +170,17 @@ impl ConditionType {
             ConditionType::Complete => "Complete",
             ConditionType::Planned => "Planned",
             ConditionType::Accepted => "Accepted",
+            ConditionType::AwaitingRestart => "AwaitingRestart",
         }
     }
 
     /// Conditions that appear only once they were True: a job that never waited (a stream
     /// that never retried) gets no False `Waiting` (`Retrying`).
     fn absent_until_true(self) -> bool {
-        matches!(self, ConditionType::Waiting | ConditionType::Retrying)
+        matches!(
+            self,
+            ConditionType::Waiting | ConditionType::Retrying | ConditionType::AwaitingRestart
+        )
     }
 }
 
@@ -234,6 +249,7 @@ pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64
                 (Waiting, false),
                 (Failed, true),
                 (Retrying, false),
+                (AwaitingRestart, false),
             ] {
                 c.set(ty, on, reason, message);
             }
@@ -339,7 +355,23 @@ pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64
             st.completion_time = Some(t.clone());
             st.worker = None;
             c.set(Running, false, why, &message);
+            c.set(AwaitingRestart, false, why, &message);
             c.set(cond, true, why, &message);
+            Note::new(EventType::Normal, why, &message)
+        }
+        Event::Staged { how } => {
+            let why = Milestone::AwaitingRestart;
+            let p = &st.progress;
+            let message = format!(
+                "children of {} sstables staged ({} partitions, {} bytes shared, {} copied, {} re-encoded); {how}",
+                p.sstables_done, p.partitions, p.bytes_shared, p.bytes_copied, p.bytes_reencoded
+            );
+            st.phase = Some(Phase::AwaitingRestart);
+            st.reason = Some(why.as_str().into());
+            st.message = Some(message.clone());
+            st.worker = None;
+            c.set(Running, false, why, &message);
+            c.set(AwaitingRestart, true, why, &message);
             Note::new(EventType::Normal, why, &message)
         }
         Event::Interrupted => {

@@ -122,9 +122,35 @@ pub enum OutcomeResult {
     Complete {
         parents: Vec<String>,
         children: Vec<PathBuf>,
+        /// The same children, per parent (the sidecar rewrites each job result with them).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        by_parent: Vec<PublishedParent>,
     },
     /// Nothing was published and the children are gone; the parents are as they were.
     Failed { reason: Reason, message: String },
+}
+
+/// One parent's live children after apply-pending.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedParent {
+    /// The parent's Data.db file name.
+    pub parent: String,
+    pub children: Vec<PathBuf>,
+}
+
+/// `children` (the intent's children in its order, as published) split per parent.
+fn by_parent(intent: &Intent, children: &[PathBuf]) -> Vec<PublishedParent> {
+    let mut rest = children;
+    let mut v = Vec::with_capacity(intent.parents.len());
+    for p in &intent.parents {
+        let (mine, tail) = rest.split_at(p.children.len().min(rest.len()));
+        rest = tail;
+        v.push(PublishedParent {
+            parent: p.parent.data_file.clone(),
+            children: mine.to_vec(),
+        });
+    }
+    v
 }
 
 impl Outcome {
@@ -490,15 +516,90 @@ pub fn read_outcomes(data_dir: &Path) -> Result<Vec<Outcome>, PublishError> {
     Ok(v)
 }
 
-/// Whether `job_uid` has an intent waiting (not yet applied) anywhere under `data_dir`.
-pub fn is_pending(data_dir: &Path, job_uid: &str) -> Result<bool, PublishError> {
+/// Where one job stands on a node's data volume.
+#[derive(Debug, Default)]
+pub struct JobState {
+    /// Tables whose intent for the job waits for apply-pending.
+    pub pending: Vec<PathBuf>,
+    /// What apply-pending recorded for it, one outcome a table.
+    pub outcomes: Vec<Outcome>,
+}
+
+/// The intents and outcomes of `job_uid` under `data_dir`.
+pub fn job_state(data_dir: &Path, job_uid: &str) -> Result<JobState, PublishError> {
+    check_job_uid(job_uid)?;
+    let mut st = JobState::default();
     for t in pending_tables(data_dir)? {
         let j = job_dir(&t, job_uid);
-        if j.join(INTENT_FILE).exists() && !j.join(OUTCOME_FILE).exists() {
-            return Ok(true);
+        let outcome = j.join(OUTCOME_FILE);
+        if outcome.exists() {
+            let o: Outcome = read_json(&outcome)?;
+            if o.version > FORMAT_VERSION {
+                return Err(pending(
+                    &outcome,
+                    format!(
+                        "outcome format {} is newer than this cleave's {FORMAT_VERSION}",
+                        o.version
+                    ),
+                ));
+            }
+            st.outcomes.push(o);
+        } else if j.join(INTENT_FILE).exists() {
+            st.pending.push(t);
         }
     }
-    Ok(false)
+    Ok(st)
+}
+
+/// Whether `job_uid` has an intent waiting (not yet applied) anywhere under `data_dir`.
+pub fn is_pending(data_dir: &Path, job_uid: &str) -> Result<bool, PublishError> {
+    Ok(!job_state(data_dir, job_uid)?.pending.is_empty())
+}
+
+/// Withdraws a job that will not be published (its resource was deleted): removes its
+/// staged children, then its intent, then its directory, under the table lock (an
+/// apply-pending of the same table waits or is refused). True if there was something to
+/// withdraw. An apply in flight (`applying.json`, a crash after the children got their
+/// final names) is not withdrawn: the next apply-pending finishes it, parent or children.
+pub fn withdraw(table_dir: &Path, job_uid: &str) -> Result<bool, PublishError> {
+    check_job_uid(job_uid)?;
+    let j = job_dir(table_dir, job_uid);
+    if !j.is_dir() {
+        return Ok(false);
+    }
+    let _lock = publish::lock_for_split(table_dir, table_dir)?;
+    if j.join(APPLYING_FILE).exists() && !j.join(OUTCOME_FILE).exists() {
+        return Err(pending(
+            &j,
+            "an apply-pending was interrupted while publishing this job: run `cleave apply-pending` (Cassandra stopped) to finish it before withdrawing",
+        ));
+    }
+    for e in fs::read_dir(&j).map_err(io(&j))? {
+        let e = e.map_err(io(&j))?;
+        if file_name(&e.path()).starts_with("children-") {
+            remove_if_exists(&e.path())?;
+        }
+    }
+    remove_if_exists(&j.join(APPLY_DIR))?;
+    sync_dir(&j).map_err(io(&j))?;
+    acknowledge_outcome_unlocked(table_dir, &j)?;
+    Ok(true)
+}
+
+/// Removes a job's directory (its outcome and intent last of all) and the pending
+/// directory with its last job.
+fn acknowledge_outcome_unlocked(table_dir: &Path, j: &Path) -> Result<(), PublishError> {
+    match fs::remove_dir_all(j) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(j)(e)),
+    }
+    let p = table_dir.join(PENDING_DIR);
+    sync_dir(&p).map_err(io(&p))?;
+    if fs::remove_dir(&p).is_ok() {
+        sync_dir(table_dir).map_err(io(table_dir))?;
+    }
+    Ok(())
 }
 
 /// Removes a job's outcome (and its pending directory) once the sidecar has recorded it.
@@ -508,18 +609,7 @@ pub fn acknowledge_outcome(table_dir: &Path, job_uid: &str) -> Result<(), Publis
     if j.join(INTENT_FILE).exists() {
         return Err(pending(&j, "the intent is not applied yet"));
     }
-    match fs::remove_dir_all(&j) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io(&j)(e)),
-    }
-    let p = table_dir.join(PENDING_DIR);
-    sync_dir(&p).map_err(io(&p))?;
-    // The pending directory goes with its last job.
-    if fs::remove_dir(&p).is_ok() {
-        sync_dir(table_dir).map_err(io(table_dir))?;
-    }
-    Ok(())
+    acknowledge_outcome_unlocked(table_dir, &j)
 }
 
 #[derive(Debug, Clone, Default)]
@@ -689,11 +779,13 @@ fn apply_job(table: &Path, job: &Path, opts: &ApplyOptions) -> Result<JobAction,
                 .is_ok_and(|(d, _)| table.join(d.file_name(&Component::Toc)).exists())
         };
         if a.children.iter().all(live) && !parents.iter().any(|p| table.join(p).exists()) {
+            let children: Vec<PathBuf> = a.children.iter().map(|c| table.join(c)).collect();
             let o = outcome(
                 &intent.operation,
                 OutcomeResult::Complete {
                     parents: parents.iter().map(|p| p.to_string()).collect(),
-                    children: a.children.iter().map(|c| table.join(c)).collect(),
+                    by_parent: by_parent(&intent, &children),
+                    children,
                 },
             );
             return finish(job, o, opts);
@@ -756,6 +848,7 @@ fn apply_job(table: &Path, job: &Path, opts: &ApplyOptions) -> Result<JobAction,
             OutcomeResult::Complete {
                 parents: parents.iter().map(|p| p.to_string()).collect(),
                 children: Vec::new(),
+                by_parent: Vec::new(),
             },
         );
         return Ok(JobAction::WouldApply { outcome: o });
@@ -823,6 +916,7 @@ fn apply_job(table: &Path, job: &Path, opts: &ApplyOptions) -> Result<JobAction,
         &intent.operation,
         OutcomeResult::Complete {
             parents: parents.iter().map(|p| p.to_string()).collect(),
+            by_parent: by_parent(&intent, &published.data_paths),
             children: published.data_paths,
         },
     );

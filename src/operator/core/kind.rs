@@ -110,6 +110,9 @@ pub enum Ended {
     /// Stopped between two sstables (shutdown, deletion, lease lost).
     Interrupted,
     Failed(Failure),
+    /// `publish: OnRestart`: the children are staged; this says how to restart Cassandra
+    /// so that `cleave apply-pending` publishes them (`core::restart` settles the job then).
+    Staged(String),
 }
 
 impl Ended {
@@ -120,6 +123,7 @@ impl Ended {
             Ended::Planned => "planned",
             Ended::Interrupted => "interrupted",
             Ended::Failed(_) => "failed",
+            Ended::Staged(_) => "staged",
         }
     }
 }

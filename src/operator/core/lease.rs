@@ -253,6 +253,7 @@ pub async fn finish<S: Store, K: Kind>(
             reason: f.reason,
             message: &f.message,
         },
+        Ended::Staged(how) => Event::Staged { how },
     };
     match &ended {
         Ended::Failed(f) => warn!(reason = %f.reason, detail = %f.message, "{} failed", K::NOUN),

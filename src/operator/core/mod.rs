@@ -17,6 +17,7 @@ pub mod kind;
 pub mod lease;
 pub mod observe;
 pub mod reconcile;
+pub mod restart;
 pub mod runs;
 pub mod store;
 

@@ -32,8 +32,15 @@ pub async fn reconcile<K: Kind, S: Store>(
         .start_timer();
     let key = key_of(&*obj);
     let next = if ctx.runs.is_running(&key) {
-        // Our own run's status writes come back as watch events: nothing to decide.
-        Next::Wait(Duration::from_secs(60))
+        // Our own run's status writes come back as watch events: nothing to decide. The
+        // last one (AwaitingRestart) may arrive before the run is forgotten: it is looked
+        // at again within the outcome poll, not in a minute.
+        let staged = status::phase(obj.status()) == status::Phase::AwaitingRestart;
+        Next::Wait(if staged {
+            super::restart::POLL
+        } else {
+            Duration::from_secs(60)
+        })
     } else {
         decide::next(&*obj, &ctx.node, &ctx.identity, now())
     };
@@ -83,6 +90,7 @@ async fn apply<K: Kind, S: Store>(
             Ok(Action::await_change())
         }
         Next::Run => lease::start(obj, ctx, key).await,
+        Next::AwaitRestart => super::restart::check(obj, ctx, key).await,
     }
 }
 
