@@ -640,6 +640,18 @@ fn sidecar_pod_accepted(cluster: &Cluster, ns: &str, dc_spec: &Value) -> Value {
         .iter()
         .any(|e| e["name"] == "NODE_NAME"
             && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"));
+    // The apply-pending init container: restricted too, on the data volume, and it never
+    // keeps Cassandra from starting.
+    let init = &pod["spec"]["initContainers"][0];
+    assert_eq!(init["name"], "cleave-apply-pending", "{pod:#}");
+    assert_restricted(init, &pod["spec"], "apply-pending init container");
+    assert_eq!(init["image"], c["image"], "the same image");
+    assert!(init["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a == "--never-block-start"));
+    assert_eq!(init["volumeMounts"][0]["mountPath"], "/var/lib/cassandra");
     // Nothing host-level comes from the snippet.
     for k in ["hostPID", "hostNetwork", "hostIPC"] {
         assert!(pod["spec"][k].is_null() || pod["spec"][k] == false, "{k}");
@@ -869,6 +881,14 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
     assert_eq!(
         dc["containers"], tspec["containers"],
         "k8ssandra: the chart's container"
+    );
+    assert_eq!(
+        dc["initContainers"], tspec["initContainers"],
+        "k8ssandra: the chart's init container (apply-pending)"
+    );
+    assert_eq!(
+        tspec["initContainers"][0]["args"][0], "apply-pending",
+        "the snippet has the apply-pending init container"
     );
     assert_eq!(
         dc["extraVolumes"]["volumes"], tspec["volumes"],

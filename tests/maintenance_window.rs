@@ -259,3 +259,83 @@ fn an_unhealthy_cluster_or_a_budget_too_small_changes_nothing() {
     assert!(api.cassandra_runs());
     assert_eq!(snapshot(&table), snap, "the table changed");
 }
+
+/// The keys of `paths` inside `(l, r]` ranges (every key without ranges), as sstcheck
+/// fingerprints them: (count, xor, sum).
+fn keys_in(paths: &[PathBuf], ranges: &[(i64, i64)]) -> (u64, u64, u64) {
+    let shared = shared_dir().expect("../shared");
+    let mut c = Command::new("python3");
+    c.arg(shared.join("tools/sstcheck.py")).args(paths);
+    if !ranges.is_empty() {
+        let r: Vec<String> = ranges.iter().map(|(l, r)| format!("{l}:{r}")).collect();
+        c.env("SSTCHECK_RANGES", r.join(","));
+    }
+    let out = c.output().unwrap();
+    let mut fp = (0u64, 0u64, 0u64);
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["ok"], true, "sstcheck: {v}");
+        let v = if ranges.is_empty() {
+            &v
+        } else {
+            &v["in_ranges"]
+        };
+        let h = |k: &str| u64::from_str_radix(v[k].as_str().unwrap(), 16).unwrap();
+        fp.0 += v["partitions"].as_u64().unwrap();
+        fp.1 ^= h("keys_xor");
+        fp.2 = fp.2.wrapping_add(h("keys_sum"));
+    }
+    fp
+}
+
+/// A CleanupJob with `publish: Replace` and `maintenance: ManagementApi`: the same window
+/// (probe, flush, drain, stop, the cleanup, start, ready, in that order, every exchange in
+/// the agent's OpenAPI document) around the whole cleanup; the live sstables then hold
+/// exactly the parents' keys in the owned ranges.
+#[test]
+fn a_cleanup_job_runs_in_the_window_and_keeps_exactly_the_owned_keys() {
+    let Some(_shared) = corpus_or_skip("maintenance window") else {
+        return;
+    };
+    let (d, data, table, m) = setup();
+    let owned = [(i64::MIN, 0i64)];
+    let want = keys_in(&data_files(&table), &owned);
+    let all = keys_in(&data_files(&table), &[]);
+    assert!(want.0 > 0 && want.0 < all.0, "{want:?} of {all:?}");
+    let api = StandIn::start(d.path(), &table, &[]);
+    std::fs::write(
+        m.join("c.yaml"),
+        "apiVersion: cleave.dev/v1alpha1\nkind: CleanupJob\nmetadata:\n  name: c\nspec:\n  nodeName: n1\n  keyspace: ks\n  ownedRanges:\n    - {start: \"-9223372036854775808\", end: \"0\"}\n  publish: Replace\n  maintenance: ManagementApi\n",
+    )
+    .unwrap();
+    let out = run_once(&m, &data, &api.url(), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(&m, "c");
+    assert_eq!(s["phase"], "Complete", "{s:#?}");
+    assert_eq!(s["window"]["step"], "Ready", "{s:#?}");
+    let calls = api.calls();
+    let probe = find(&calls, "/api/v0/probes/cluster", Some(200), 0);
+    let flush = find(&calls, "/api/v0/ops/tables/flush", Some(200), probe);
+    let drain = find(&calls, "/api/v0/ops/node/drain", Some(200), flush);
+    let stop = find(&calls, "/api/v0/lifecycle/stop", Some(200), drain);
+    let pid = find(&calls, "/api/v0/lifecycle/pid", Some(204), stop);
+    let start = find(&calls, "/api/v0/lifecycle/start", Some(201), pid);
+    find(&calls, "/api/v0/probes/readiness", Some(200), start);
+    assert_eq!(calls[stop]["data"], serde_json::json!(parents()));
+    let at_start: Vec<String> = serde_json::from_value(calls[start]["data"].clone()).unwrap();
+    assert!(
+        !at_start.is_empty() && at_start.iter().all(|n| !parents().contains(n)),
+        "the cleanup published between the stop and the start: {at_start:?}"
+    );
+    assert!(api.cassandra_runs());
+    let live = data_files(&table);
+    assert_eq!(
+        keys_in(&live, &[]),
+        want,
+        "the live keys are the owned ones"
+    );
+}

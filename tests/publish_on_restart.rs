@@ -651,6 +651,17 @@ fn an_on_restart_job_awaits_the_restart_and_the_sidecar_settles_its_outcome() {
         snap,
         "a refused apply-pending changed files"
     );
+    // As the chart's init container runs it: the same refusal, but Cassandra may start.
+    let out = apply(&data).arg("--never-block-start").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["reason"], "CassandraRunning", "{v}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the intents wait for the next restart"));
+    assert_eq!(
+        snapshot(&data),
+        snap,
+        "a refused apply-pending changed files"
+    );
 
     // The pod restarts: sidecar and Cassandra stop, the init container publishes, the
     // sidecar starts again (before Cassandra) and settles the job.

@@ -10,14 +10,12 @@ use std::time::Instant;
 use kube::ResourceExt;
 
 use super::core::{lease, now, restart, Ctx, Ended, Kind, Run, Store};
-use super::crd::{
-    AnticompactionJob, JobStatus, Maintenance, Publish, SSTableResult, WindowStatus, WindowStep,
-};
+use super::crd::{AnticompactionJob, JobStatus, Maintenance, Publish, SSTableResult, WindowStep};
 use super::decide::{self, TableClaim};
 use super::job::{self, Outcome, Step};
 use super::metrics::Metrics;
 use super::status::{self, Event};
-use super::window::{self, Resume};
+use super::window;
 use crate::reason::{Failure, Reason};
 
 impl Kind for AnticompactionJob {
@@ -53,20 +51,9 @@ impl Kind for AnticompactionJob {
         let data_dir = decide::data_dir(self.spec.data_directory.as_deref(), &ctx.data_dir);
         let windowed = wants_window(&self.spec);
         if windowed {
-            if let Err(f) = self
-                .open_window(&ctx, &mut lease, &mut latest, &data_dir)
-                .await
-            {
-                // A failure before the stop changed nothing; one at or after it leaves a
-                // window to close (Cassandra is started again before the job fails).
-                let ended = match self.close_window(&ctx, &mut lease, &mut latest).await {
-                    Ok(_) => Ended::Failed(f),
-                    Err(start) => Ended::Failed(Failure::new(
-                        start.reason,
-                        format!("{} (the window had failed first: {f})", start.message),
-                    )),
-                };
-                lease::finish(&mut lease, &run.key, started, &latest, ended).await;
+            if let Err(f) = window::open(&self, &ctx, &mut lease, &mut latest, &data_dir).await {
+                let f = window::fail_opening(&*self, &ctx, &mut lease, &mut latest, f).await;
+                lease::finish(&mut lease, &run.key, started, &latest, Ended::Failed(f)).await;
                 return;
             }
         }
@@ -96,7 +83,7 @@ impl Kind for AnticompactionJob {
             ));
         }
         if windowed {
-            match self.close_window(&ctx, &mut lease, &mut last).await {
+            match window::close(&*self, &ctx, &mut lease, &mut last).await {
                 Ok(true) => {}
                 // Shutting down: the next sidecar waits for readiness and resumes.
                 Ok(false) => ended = Ended::Interrupted,
@@ -129,6 +116,26 @@ impl Kind for AnticompactionJob {
     }
 }
 
+impl window::Windowed for AnticompactionJob {
+    fn window_spec(&self) -> window::WindowSpec<'_> {
+        window::WindowSpec {
+            keyspace: &self.spec.keyspace,
+            tables: &self.spec.tables,
+            max_downtime_seconds: self.spec.max_downtime_seconds,
+        }
+    }
+
+    fn window_plan(
+        &self,
+        data_dir: &Path,
+        status: &JobStatus,
+    ) -> Result<(Vec<std::path::PathBuf>, Vec<std::path::PathBuf>), Failure> {
+        let dirs = job::table_dirs(data_dir, &self.spec)?;
+        let todo = job::pending_parents(&dirs, &self.spec, status)?;
+        Ok((dirs, todo))
+    }
+}
+
 /// `publish: Replace` with `maintenance: ManagementApi`, for real.
 fn wants_window(spec: &crate::operator::crd::AnticompactionJobSpec) -> bool {
     spec.publish == Publish::Replace
@@ -137,126 +144,6 @@ fn wants_window(spec: &crate::operator::crd::AnticompactionJobSpec) -> bool {
 }
 
 impl AnticompactionJob {
-    /// Records a window step in status (and its Event, for the stop and the ready).
-    async fn record_window<S: Store>(
-        &self,
-        ctx: &Ctx<S>,
-        lease: &mut lease::Lease<'_, S, AnticompactionJob>,
-        latest: &mut JobStatus,
-        w: WindowStatus,
-    ) {
-        let t = status::next(
-            latest,
-            Event::Window {
-                identity: &ctx.identity,
-                window: &w,
-            },
-            self.metadata.generation,
-            now(),
-        );
-        *latest = t.status;
-        lease.write(latest).await;
-        if let Some(note) = &t.note {
-            ctx.store.event(self, note).await;
-        }
-    }
-
-    /// Opens the window (probe, flush, drain, stop) unless a resumed one is still open or
-    /// nothing remains to replace. Err: the job fails; `latest.window` says whether
-    /// Cassandra may be down.
-    async fn open_window<S: Store>(
-        &self,
-        ctx: &Ctx<S>,
-        lease: &mut lease::Lease<'_, S, AnticompactionJob>,
-        latest: &mut JobStatus,
-        data_dir: &Path,
-    ) -> Result<(), Failure> {
-        let Some(api) = ctx.window.clone() else {
-            return Err(Failure::new(
-                Reason::InvalidSpec,
-                "spec.maintenance: ManagementApi needs the sidecar's --management-api (docs/operator.md \"Maintenance window\"); nothing was done",
-            ));
-        };
-        if window::resume_point(latest.window.as_ref()) == Resume::Close {
-            // A window this job opened and did not close: the Replace continues only if
-            // Cassandra is still down (the guard would refuse anyway; this says why).
-            if !window::is_down(&api).await? {
-                return Err(Failure::new(
-                    Reason::CassandraRunning,
-                    "this job's maintenance window was interrupted and Cassandra runs again (/api/v0/lifecycle/pid names a process): the parents not yet replaced are untouched; create the job again for them",
-                ));
-            }
-            return Ok(());
-        }
-        let spec = self.spec.clone();
-        let st = latest.clone();
-        let d = data_dir.to_path_buf();
-        let (dirs, todo) = tokio::task::spawn_blocking(move || {
-            let dirs = job::table_dirs(&d, &spec)?;
-            let todo = job::pending_parents(&dirs, &spec, &st)?;
-            Ok::<_, Failure>((dirs, todo))
-        })
-        .await
-        .map_err(|e| Failure::new(Reason::IoError, format!("planning the window: {e}")))??;
-        if todo.is_empty() {
-            return Ok(());
-        }
-        let reflink = dirs.first().is_some_and(|d| {
-            matches!(
-                crate::io::fs::guess_reflink(d),
-                crate::io::reflink::ReflinkSupport::Supported { .. }
-            )
-        });
-        window::check_prediction(
-            window::budget(&self.spec),
-            window::predict_replace(&todo, reflink),
-            &api.timing,
-        )?;
-        let mut at = latest.window.as_ref().map(|w| w.step);
-        while let Some(w) = window::open_step(&api, &self.spec, at, now()).await? {
-            at = Some(w.step);
-            let stopped = w.step == WindowStep::Stopped;
-            self.record_window(ctx, lease, latest, w).await;
-            if stopped {
-                window::stop(&api, &dirs).await?;
-                // Crash injection for the resume test: die with Cassandra stopped.
-                crate::io::fault::point("window:stopped");
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-
-    /// Closes a window that stopped Cassandra: start (unless it already runs), then wait
-    /// for readiness. `Ok(false)`: the sidecar shuts down before Cassandra is ready. A
-    /// status without an open window is left alone (`Ok(true)`).
-    async fn close_window<S: Store>(
-        &self,
-        ctx: &Ctx<S>,
-        lease: &mut lease::Lease<'_, S, AnticompactionJob>,
-        latest: &mut JobStatus,
-    ) -> Result<bool, Failure> {
-        let (Some(api), Some(w)) = (ctx.window.clone(), latest.window.clone()) else {
-            return Ok(true);
-        };
-        if w.step < WindowStep::Stopped || w.step == WindowStep::Ready {
-            return Ok(true);
-        }
-        let mut w = w;
-        if w.step < WindowStep::Started {
-            window::start(&api).await?;
-            w.step = WindowStep::Started;
-            self.record_window(ctx, lease, latest, w.clone()).await;
-        }
-        if !window::wait_ready(&api, &w, now, || ctx.shutdown_requested()).await? {
-            return Ok(false);
-        }
-        w.step = WindowStep::Ready;
-        w.ready_at = Some(now());
-        self.record_window(ctx, lease, latest, w).await;
-        Ok(true)
-    }
-
     /// The split of `job.rs` on a blocking thread, its progress and heartbeat through the
     /// lease. With a window `deadline` (seconds since the epoch), the split stops between
     /// two sstables once it passes (the third value).

@@ -19,11 +19,13 @@ use kube::ResourceExt;
 
 use super::core::{lease, now, Ctx, Ended, Kind, Run, Store};
 use super::crd::{
-    CleanupJob, CleanupJobSpec, CleanupVerdict, JobStatus, Ownership, Publish, SSTableResult,
+    CleanupJob, CleanupJobSpec, CleanupVerdict, JobStatus, Maintenance, Ownership, Publish,
+    SSTableResult, WindowStep,
 };
 use super::decide::{self, TableClaim};
 use super::job::{self, STAGED_DIR};
 use super::status::{self, Event};
+use super::window;
 use crate::mgmt::ring;
 use crate::reason::{Failure, Reason};
 use crate::split::cleanup::{CleanupOptions, Gate, Verdict};
@@ -80,14 +82,53 @@ impl Kind for CleanupJob {
         }
     }
 
+    /// With `maintenance: ManagementApi` the cleanup runs in one window for all its tables:
+    /// the owned ranges are read from the ring before the window opens (a stopped Cassandra
+    /// answers no ring query), so the re-read before publishing is the one before the stop.
     async fn work<S: Store>(self: Arc<Self>, ctx: Arc<Ctx<S>>, mut run: Run) {
         let started = Instant::now();
         let mut lease = run.lease(&*ctx, &*self);
         let mut latest = std::mem::take(&mut run.claimed);
-        let ended = match self.clean(&ctx, &mut run, &mut lease, &mut latest).await {
+        let windowed = wants_window(&self.spec);
+        let owned = match self.owned(&ctx, windowed).await {
+            Ok(o) => o,
+            Err(f) => {
+                // A resumed window whose Cassandra is down cannot answer the ring: start it.
+                let f = window::fail_opening(&*self, &ctx, &mut lease, &mut latest, f).await;
+                lease::finish(&mut lease, &run.key, started, &latest, Ended::Failed(f)).await;
+                return;
+            }
+        };
+        if windowed {
+            let d = data_dir(&self.spec, &ctx.data_dir);
+            if let Err(f) = window::open(&self, &ctx, &mut lease, &mut latest, &d).await {
+                let f = window::fail_opening(&*self, &ctx, &mut lease, &mut latest, f).await;
+                lease::finish(&mut lease, &run.key, started, &latest, Ended::Failed(f)).await;
+                return;
+            }
+        }
+        let mut ended = match self
+            .clean(&ctx, &mut run, &mut lease, &mut latest, owned)
+            .await
+        {
             Ok(e) => e,
             Err(f) => Ended::Failed(f),
         };
+        if let Some(w) = latest
+            .window
+            .as_mut()
+            .filter(|w| w.step == WindowStep::Stopped)
+        {
+            w.step = WindowStep::Replaced;
+        }
+        if windowed {
+            match window::close(&*self, &ctx, &mut lease, &mut latest).await {
+                Ok(true) => {}
+                // Shutting down: the next sidecar waits for readiness and resumes.
+                Ok(false) => ended = Ended::Interrupted,
+                Err(f) => ended = Ended::Failed(f),
+            }
+        }
         lease::finish(&mut lease, &run.key, started, &latest, ended).await;
     }
 
@@ -116,6 +157,47 @@ impl Kind for CleanupJob {
     }
 }
 
+impl window::Windowed for CleanupJob {
+    fn window_spec(&self) -> window::WindowSpec<'_> {
+        window::WindowSpec {
+            keyspace: &self.spec.keyspace,
+            tables: &self.spec.tables,
+            max_downtime_seconds: self.spec.max_downtime_seconds,
+        }
+    }
+
+    /// Every sstable of the tables: any of them may be split (its verdict is known only
+    /// once its index is read), so the prediction counts them all.
+    fn window_plan(
+        &self,
+        data_dir: &Path,
+        _status: &JobStatus,
+    ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), Failure> {
+        let dirs = job::table_dirs_of(data_dir, &self.spec.keyspace, &self.spec.tables)?;
+        let mut todo = Vec::new();
+        for d in &dirs {
+            let rd = std::fs::read_dir(d).map_err(|e| Failure::io(d.display(), &e))?;
+            for e in rd.filter_map(|e| e.ok()) {
+                if matches!(
+                    crate::sstable::Descriptor::from_path(&e.path()),
+                    Ok((_, crate::sstable::Component::Data))
+                ) {
+                    todo.push(e.path());
+                }
+            }
+        }
+        todo.sort();
+        Ok((dirs, todo))
+    }
+}
+
+/// `publish: Replace` with `maintenance: ManagementApi`, for real.
+fn wants_window(spec: &CleanupJobSpec) -> bool {
+    spec.publish == Publish::Replace
+        && spec.maintenance == Maintenance::ManagementApi
+        && !spec.dry_run
+}
+
 fn data_dir(spec: &CleanupJobSpec, default: &Path) -> PathBuf {
     decide::data_dir(spec.data_directory.as_deref(), default)
 }
@@ -139,16 +221,16 @@ async fn read_ring(api: &crate::mgmt::Client, keyspace: &str) -> Result<Vec<ring
 }
 
 impl CleanupJob {
-    async fn clean<S: Store>(
+    /// The owned ranges, and with `ownership: ManagementApi` the gate that reads the ring
+    /// again before each table is published (none in a window: Cassandra is stopped then).
+    async fn owned<S: Store>(
         &self,
         ctx: &Arc<Ctx<S>>,
-        run: &mut Run,
-        lease: &mut lease::Lease<'_, S, CleanupJob>,
-        latest: &mut JobStatus,
-    ) -> Result<Ended, Failure> {
-        let spec = self.spec.clone();
-        let (owned, gate) = match spec.ownership {
-            Ownership::Ranges => (parse_ranges(&spec)?, None),
+        windowed: bool,
+    ) -> Result<(Vec<TokenRange>, Option<Gate>), Failure> {
+        let spec = &self.spec;
+        Ok(match spec.ownership {
+            Ownership::Ranges => (parse_ranges(spec)?, None),
             Ownership::ManagementApi => {
                 let Some(api) = ctx.window.clone() else {
                     return Err(Failure::new(
@@ -177,9 +259,20 @@ impl CleanupJob {
                     }
                     Ok(())
                 }));
-                (to_token_ranges(&first), Some(gate))
+                (to_token_ranges(&first), (!windowed).then_some(gate))
             }
-        };
+        })
+    }
+
+    async fn clean<S: Store>(
+        &self,
+        ctx: &Arc<Ctx<S>>,
+        run: &mut Run,
+        lease: &mut lease::Lease<'_, S, CleanupJob>,
+        latest: &mut JobStatus,
+        (owned, gate): (Vec<TokenRange>, Option<Gate>),
+    ) -> Result<Ended, Failure> {
+        let spec = self.spec.clone();
         let d = data_dir(&spec, &ctx.data_dir);
         let dirs = job::table_dirs_of(&d, &spec.keyspace, &spec.tables)?;
         let name = self.name_any();

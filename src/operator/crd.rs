@@ -217,9 +217,20 @@ pub struct CleanupJobSpec {
     pub partitioner: Option<Partitioner>,
     /// `Stage` (default): children of the split sstables in `<table>/cleave-staged/<job>/`,
     /// nothing dropped, for `nodetool import --keep-repaired`. `Replace`: one crash-atomic
-    /// transaction per table (Cassandra stopped).
+    /// transaction per table (Cassandra stopped, or stopped by the window of `maintenance:
+    /// ManagementApi`).
     #[serde(default)]
     pub publish: Publish,
+    /// With `publish: Replace`: `ManagementApi` stops and starts Cassandra around the
+    /// cleanup through the node's management API (as AnticompactionJob's); `None` (default)
+    /// needs it stopped.
+    #[serde(default)]
+    pub maintenance: Maintenance,
+    /// The longest Cassandra may stay down in a `ManagementApi` window (seconds, default
+    /// 300, at most 540), as AnticompactionJob's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 30, max = 540))]
+    pub max_downtime_seconds: Option<u32>,
     /// Plan only: status gets the per-sstable verdicts and phase `Planned`.
     #[serde(default)]
     pub dry_run: bool,

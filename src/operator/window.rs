@@ -21,12 +21,38 @@
 //! starts Cassandra; `/lifecycle/stop` takes up to 35 s (7 SIGTERMs 5 s apart, then SIGKILL)
 //! and does not drain, so cleave drains first.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::crd::{AnticompactionJobSpec, WindowStatus, WindowStep};
+use super::core::{lease::Lease, now, Ctx, Kind, Store};
+use super::crd::{JobStatus, WindowStatus, WindowStep};
+use super::status::{self, Event};
 use crate::mgmt::{Client, ClusterHealth, Start};
 use crate::reason::{Failure, Reason};
+
+/// What a window needs of a resource's spec.
+#[derive(Debug, Clone, Copy)]
+pub struct WindowSpec<'a> {
+    pub keyspace: &'a str,
+    /// Flushed before the drain; empty: every table of the keyspace.
+    pub tables: &'a [String],
+    /// `spec.maxDowntimeSeconds` (unset: [`DEFAULT_MAX_DOWNTIME`]).
+    pub max_downtime_seconds: Option<u32>,
+}
+
+/// A kind whose `publish: Replace` can run in a window (`AnticompactionJob`, `CleanupJob`):
+/// what it brings; the window's steps, their records and resumption are written once here.
+pub trait Windowed: Kind {
+    fn window_spec(&self) -> WindowSpec<'_>;
+    /// The table directories and the sstables the Replace would still rewrite (blocking; for
+    /// the prediction, and to know whether a window is needed at all).
+    fn window_plan(
+        &self,
+        data_dir: &Path,
+        status: &JobStatus,
+    ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), Failure>;
+}
 
 /// Default `maxDowntimeSeconds`.
 pub const DEFAULT_MAX_DOWNTIME: u32 = 300;
@@ -73,7 +99,7 @@ pub struct NodeApi {
 }
 
 /// The budget of a spec's window.
-pub fn budget(spec: &AnticompactionJobSpec) -> u32 {
+pub fn budget(spec: &WindowSpec<'_>) -> u32 {
     spec.max_downtime_seconds.unwrap_or(DEFAULT_MAX_DOWNTIME)
 }
 
@@ -137,7 +163,7 @@ pub fn resume_point(w: Option<&WindowStatus>) -> Resume {
 /// the `Stopped` record itself (the caller writes it, then calls [`stop`]); `None` past it.
 pub async fn open_step(
     api: &NodeApi,
-    spec: &AnticompactionJobSpec,
+    spec: &WindowSpec<'_>,
     at: Option<WindowStep>,
     now: i64,
 ) -> Result<Option<WindowStatus>, Failure> {
@@ -151,8 +177,8 @@ pub async fn open_step(
     let c = &api.client;
     match at {
         None | Some(WindowStep::Ready) => {
-            probe(c, &spec.keyspace).await?;
-            c.flush(&spec.keyspace, &spec.tables, api.timing.drain_timeout)
+            probe(c, spec.keyspace).await?;
+            c.flush(spec.keyspace, spec.tables, api.timing.drain_timeout)
                 .await?;
             Ok(Some(status(WindowStep::Flushed, None)))
         }
@@ -261,6 +287,135 @@ pub async fn wait_ready(
             ));
         }
         tokio::time::sleep(READY_POLL).await;
+    }
+}
+
+/// Records a window step in status (and its Event, for the stop and the ready).
+pub async fn record<K: Windowed, S: Store>(
+    obj: &K,
+    ctx: &Ctx<S>,
+    lease: &mut Lease<'_, S, K>,
+    latest: &mut JobStatus,
+    w: WindowStatus,
+) {
+    let t = status::next(
+        latest,
+        Event::Window {
+            identity: &ctx.identity,
+            window: &w,
+        },
+        obj.meta().generation,
+        now(),
+    );
+    *latest = t.status;
+    lease.write(latest).await;
+    if let Some(note) = &t.note {
+        ctx.store.event(obj, note).await;
+    }
+}
+
+/// Opens the window (probe, flush, drain, stop) unless a resumed one is still open or
+/// nothing remains to replace. Err: the resource fails; `latest.window` says whether
+/// Cassandra may be down.
+pub async fn open<K: Windowed, S: Store>(
+    obj: &Arc<K>,
+    ctx: &Ctx<S>,
+    lease: &mut Lease<'_, S, K>,
+    latest: &mut JobStatus,
+    data_dir: &Path,
+) -> Result<(), Failure> {
+    let Some(api) = ctx.window.clone() else {
+        return Err(Failure::new(
+            Reason::InvalidSpec,
+            "spec.maintenance: ManagementApi needs the sidecar's --management-api (docs/operator.md \"Maintenance window\"); nothing was done",
+        ));
+    };
+    if resume_point(latest.window.as_ref()) == Resume::Close {
+        // A window this resource opened and did not close: the Replace continues only if
+        // Cassandra is still down (the guard would refuse anyway; this says why).
+        if !is_down(&api).await? {
+            return Err(Failure::new(
+                Reason::CassandraRunning,
+                format!("this {}'s maintenance window was interrupted and Cassandra runs again (/api/v0/lifecycle/pid names a process): the sstables not yet replaced are untouched; create it again for them", K::NOUN),
+            ));
+        }
+        return Ok(());
+    }
+    let (o, st, d) = (obj.clone(), latest.clone(), data_dir.to_path_buf());
+    let (dirs, todo) = tokio::task::spawn_blocking(move || o.window_plan(&d, &st))
+        .await
+        .map_err(|e| Failure::new(Reason::IoError, format!("planning the window: {e}")))??;
+    if todo.is_empty() {
+        return Ok(());
+    }
+    let reflink = dirs.first().is_some_and(|d| {
+        matches!(
+            crate::io::fs::guess_reflink(d),
+            crate::io::reflink::ReflinkSupport::Supported { .. }
+        )
+    });
+    let spec = obj.window_spec();
+    check_prediction(budget(&spec), predict_replace(&todo, reflink), &api.timing)?;
+    let mut at = latest.window.as_ref().map(|w| w.step);
+    while let Some(w) = open_step(&api, &spec, at, now()).await? {
+        at = Some(w.step);
+        let stopped = w.step == WindowStep::Stopped;
+        record(&**obj, ctx, lease, latest, w).await;
+        if stopped {
+            stop(&api, &dirs).await?;
+            // Crash injection for the resume test: die with Cassandra stopped.
+            crate::io::fault::point("window:stopped");
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Closes a window that stopped Cassandra: start (unless it already runs), then wait for
+/// readiness. `Ok(false)`: the sidecar shuts down before Cassandra is ready. A status
+/// without an open window is left alone (`Ok(true)`).
+pub async fn close<K: Windowed, S: Store>(
+    obj: &K,
+    ctx: &Ctx<S>,
+    lease: &mut Lease<'_, S, K>,
+    latest: &mut JobStatus,
+) -> Result<bool, Failure> {
+    let (Some(api), Some(w)) = (ctx.window.clone(), latest.window.clone()) else {
+        return Ok(true);
+    };
+    if w.step < WindowStep::Stopped || w.step == WindowStep::Ready {
+        return Ok(true);
+    }
+    let mut w = w;
+    if w.step < WindowStep::Started {
+        start(&api).await?;
+        w.step = WindowStep::Started;
+        record(obj, ctx, lease, latest, w.clone()).await;
+    }
+    if !wait_ready(&api, &w, now, || ctx.shutdown_requested()).await? {
+        return Ok(false);
+    }
+    w.step = WindowStep::Ready;
+    w.ready_at = Some(now());
+    record(obj, ctx, lease, latest, w).await;
+    Ok(true)
+}
+
+/// A failure while opening: a failure before the stop changed nothing; one at or after it
+/// leaves a window to close (Cassandra is started again before the resource fails).
+pub async fn fail_opening<K: Windowed, S: Store>(
+    obj: &K,
+    ctx: &Ctx<S>,
+    lease: &mut Lease<'_, S, K>,
+    latest: &mut JobStatus,
+    f: Failure,
+) -> Failure {
+    match close(obj, ctx, lease, latest).await {
+        Ok(_) => f,
+        Err(start) => Failure::new(
+            start.reason,
+            format!("{} (the window had failed first: {f})", start.message),
+        ),
     }
 }
 

@@ -216,6 +216,45 @@ restart every storage node's sidecar.
     {{- end }}
 {{- end }}
 
+{{/*
+The init container of the sidecar shape: `cleave apply-pending` publishes the intents of
+`publish: OnRestart` jobs before Cassandra starts, as Medusa's restore writes its files
+before Cassandra starts. Same image, user and data mount as the cleave container; it needs
+no capability (every process it could see in the pod's PID namespace at this point is the
+pause process or another init container, which the guard ignores: they cannot hold the
+data volume's files).
+*/}}
+{{- define "cleave.applyPendingInit" -}}
+{{- $v := .Values -}}
+- name: cleave-apply-pending
+  image: {{ include "cleave.image" . }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  args:
+    - apply-pending
+    - --data-dir={{ $v.config.dataDir }}
+    - --json
+    - --never-block-start
+  resources:
+    limits:
+      memory: 256Mi
+    requests:
+      cpu: 50m
+      memory: 32Mi
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: {{ $v.sidecar.runAsUser }}
+    runAsGroup: {{ $v.sidecar.runAsGroup }}
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities:
+      drop: ["ALL"]
+    seccompProfile:
+      type: RuntimeDefault
+  volumeMounts:
+    - name: {{ $v.sidecar.dataVolume }}
+      mountPath: {{ $v.sidecar.dataMountPath }}
+{{- end }}
+
 {{/* The volumes the container needs besides the data volume. */}}
 {{- define "cleave.volumes" -}}
 - name: cleave-tmp
@@ -299,6 +338,10 @@ spec:
         {{- toYaml . | nindent 8 }}
       {{- end }}
       terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
+      {{- if .Values.sidecar.applyPending }}
+      initContainers:
+        {{- include "cleave.applyPendingInit" . | nindent 8 }}
+      {{- end }}
       containers:
         {{- include "cleave.container" (dict "root" . "shape" "sidecar") | nindent 8 }}
       volumes:
