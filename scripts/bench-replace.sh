@@ -30,7 +30,7 @@ mkfs.xfs -q -m reflink=1 "$DEV"
 mkdir -p "$MNT"
 mount "$DEV" "$MNT"
 MM=$(lsblk -no MAJ:MIN "$DEV" | tr -d ' ')
-flushes() { awk -v mm="$MM" '{ if ($1 ":" $2 == mm) print $18 }' /proc/diskstats; }
+flushes() { awk -v mm="$MM" '{ if ($1 ":" $2 == mm) print $19 }' /proc/diskstats; }
 now() { date +%s.%N; }
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 

@@ -338,7 +338,6 @@ fn injected_eio_at_every_step_leaves_parent_or_children() {
             if ![
                 "txn:append",
                 "fsync:dir-before",
-                "syncfs:before",
                 "stage:rename",
                 "replace:rename",
                 "delete:file",

@@ -371,11 +371,13 @@ fn synced(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `syncfs` of the filesystem holding `dir` between two fault points.
+/// `syncfs` of the filesystem holding `dir`, where a directory fsync stood before the
+/// syncfs took its place (and more): the same fault points, so the campaigns reach a
+/// failure and a kill at that step as they did.
 fn synced_fs(dir: &Path) -> Result<()> {
-    crate::io::fault::io_point("syncfs:before").map_err(io_err(dir))?;
+    crate::io::fault::io_point("fsync:dir-before").map_err(io_err(dir))?;
     crate::io::durable::syncfs(dir).map_err(io_err(dir))?;
-    crash_point("syncfs:after");
+    crash_point("fsync:dir-after");
     Ok(())
 }
 
