@@ -17,17 +17,12 @@ use std::process::{Command, Stdio};
 use cleave::io::proc::BlockDevice;
 use common::*;
 
-fn gen(dir: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let r = cleave_json(&[
-        "gen".as_ref(),
-        "--out".as_ref(),
-        dir.as_os_str(),
-        "--size".as_ref(),
-        "64MiB".as_ref(),
-        "--json".as_ref(),
-    ]);
-    PathBuf::from(r["data"].as_str().unwrap())
+/// One generated 64 MiB parent in `table`; its Data.db.
+fn gen(table: &Path) -> PathBuf {
+    gen_table(table, &[(1, "64MiB")]);
+    let data = data_files(table);
+    assert_eq!(data.len(), 1, "{data:?}");
+    data[0].clone()
 }
 
 fn split_args<'a>(parent: &'a Path, out: &'a Path, publish: &'a str) -> Vec<&'a std::ffi::OsStr> {
