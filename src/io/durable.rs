@@ -7,11 +7,15 @@
 //! each are ~64 of them, which issued one after another cost their sum, while issued
 //! concurrently the filesystem folds them into few journal commits (docs/split.md,
 //! "Durability", has the measurement). `syncfs` would be one call, but it also flushes
-//! every dirty page of the filesystem — on a node's data disk, Cassandra's own.
+//! every dirty page of the filesystem — on a node's data disk, Cassandra's own. So a batch
+//! skips its fsyncs (`Batch::deferred`) only where the caller holds the proof that Cassandra
+//! is stopped and makes the whole result durable with one `syncfs` before its transaction
+//! commits (`split::publish::Durability`, docs/split.md "Durability").
 
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How many fsyncs run at once.
 pub const SYNC_THREADS: usize = 8;
@@ -22,6 +26,8 @@ pub struct Batch {
     pending: Vec<(PathBuf, File, bool)>,
     last: Vec<(PathBuf, Vec<u8>)>,
     dirs: Vec<PathBuf>,
+    /// Nothing is fsynced: the caller makes the files durable with one `syncfs` later.
+    deferred: bool,
 }
 
 /// An error of one file of the batch.
@@ -34,6 +40,16 @@ pub struct BatchError {
 impl Batch {
     pub fn new() -> Batch {
         Batch::default()
+    }
+
+    /// A batch whose `commit` writes every file (TOCs last) but fsyncs none: the caller
+    /// promises a `syncfs` of the filesystem before anything depends on them being durable
+    /// (a Replace with Cassandra stopped: `split::publish::Durability::SyncFs`).
+    pub fn deferred() -> Batch {
+        Batch {
+            deferred: true,
+            ..Batch::default()
+        }
     }
 
     /// Creates `path` (it must not exist) with `bytes`; durable at `commit`.
@@ -91,6 +107,10 @@ impl Batch {
     /// Makes the pending files durable now (bounding open descriptors in a long split).
     pub fn sync_pending(&mut self) -> Result<(), BatchError> {
         let files = std::mem::take(&mut self.pending);
+        if self.deferred {
+            // Closed unsynced; their pages stay dirty until the caller's syncfs.
+            return Ok(());
+        }
         sync_parallel(&files, SYNC_THREADS, Sync::All)
     }
 
@@ -112,6 +132,9 @@ impl Batch {
                 .map_err(err)?;
             f.write_all(&bytes).map_err(err)?;
             tocs.push((path, f, false));
+        }
+        if self.deferred {
+            return Ok(());
         }
         sync_parallel(&tocs, SYNC_THREADS, Sync::All)?;
         let dirs: Vec<(PathBuf, File, bool)> = self
@@ -156,8 +179,8 @@ pub fn sync_parallel(
                 s.spawn(move || {
                     for (path, f, drop) in group {
                         match how {
-                            Sync::All => f.sync_all(),
-                            Sync::Data => f.sync_data(),
+                            Sync::All => fsync(f),
+                            Sync::Data => fdatasync(f),
                         }
                         .map_err(|source| BatchError {
                             path: path.clone(),
@@ -187,12 +210,60 @@ pub fn sync_parallel(
     })
 }
 
+/// How many fsync/fdatasync and syncfs calls this process made (`counts`): the split report
+/// carries the difference over a run, so that a test and `cleave bench split` can tell an
+/// offline Replace (one syncfs) from a per-file one without strace.
+static FSYNCS: AtomicU64 = AtomicU64::new(0);
+static SYNCFS: AtomicU64 = AtomicU64::new(0);
+
+/// Durability calls made by this process so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SyncCounts {
+    /// fsync(2) and fdatasync(2) of files and directories.
+    pub fsyncs: u64,
+    /// syncfs(2) of a whole filesystem.
+    pub syncfs: u64,
+}
+
+impl SyncCounts {
+    /// The calls made between `before` and `self`.
+    pub fn since(self, before: SyncCounts) -> SyncCounts {
+        SyncCounts {
+            fsyncs: self.fsyncs.saturating_sub(before.fsyncs),
+            syncfs: self.syncfs.saturating_sub(before.syncfs),
+        }
+    }
+}
+
+/// The process's counts so far.
+pub fn counts() -> SyncCounts {
+    SyncCounts {
+        fsyncs: FSYNCS.load(Ordering::Relaxed),
+        syncfs: SYNCFS.load(Ordering::Relaxed),
+    }
+}
+
+/// `fsync(2)` (data and metadata), counted.
+pub fn fsync(f: &File) -> std::io::Result<()> {
+    FSYNCS.fetch_add(1, Ordering::Relaxed);
+    f.sync_all()
+}
+
+/// `fdatasync(2)`, counted.
+pub fn fdatasync(f: &File) -> std::io::Result<()> {
+    FSYNCS.fetch_add(1, Ordering::Relaxed);
+    f.sync_data()
+}
+
 /// `syncfs(2)` of the filesystem holding `dir`: one call, but it writes back every dirty
-/// page of that filesystem, Cassandra's own included when it is the node's data disk.
-/// Measured by `cleave bench fsync`; not used by the split.
+/// page of that filesystem, Cassandra's own included when it is the node's data disk, and
+/// forces the journal and a device cache flush (data, metadata and directory entries of
+/// everything written before it are durable when it returns). Used only where Cassandra is
+/// proven stopped (`split::publish::Durability::SyncFs`); measured by `cleave bench fsync`.
 pub fn syncfs(dir: &Path) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let f = File::open(dir)?;
+    SYNCFS.fetch_add(1, Ordering::Relaxed);
     // SAFETY: plain syscall on an open descriptor.
     if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
         return Err(std::io::Error::last_os_error());
@@ -206,24 +277,27 @@ mod tests {
 
     #[test]
     fn toc_is_written_after_the_others_and_everything_lands() {
-        let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let mut b = Batch::new();
-        for i in 0..9 {
-            b.file(&d.path().join(format!("f{i}")), &[i as u8; 10])
-                .unwrap_or_else(|e| panic!("{:?}", e.source));
+        // A deferred batch writes the same files; that it fsyncs none is shown by
+        // tests/durability.rs, in a process of its own (the counters are per process).
+        for mut b in [Batch::new(), Batch::deferred()] {
+            let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+            for i in 0..9 {
+                b.file(&d.path().join(format!("f{i}")), &[i as u8; 10])
+                    .unwrap_or_else(|e| panic!("{:?}", e.source));
+            }
+            b.last(&d.path().join("TOC.txt"), b"Data.db\n".to_vec());
+            b.dir(d.path());
+            assert!(!d.path().join("TOC.txt").exists(), "TOC waits for commit");
+            b.commit().unwrap_or_else(|e| panic!("{:?}", e.source));
+            assert_eq!(
+                std::fs::read(d.path().join("f3")).unwrap_or_default(),
+                [3u8; 10]
+            );
+            assert_eq!(
+                std::fs::read(d.path().join("TOC.txt")).unwrap_or_default(),
+                b"Data.db\n"
+            );
         }
-        b.last(&d.path().join("TOC.txt"), b"Data.db\n".to_vec());
-        b.dir(d.path());
-        assert!(!d.path().join("TOC.txt").exists(), "TOC waits for commit");
-        b.commit().unwrap_or_else(|e| panic!("{:?}", e.source));
-        assert_eq!(
-            std::fs::read(d.path().join("f3")).unwrap_or_default(),
-            [3u8; 10]
-        );
-        assert_eq!(
-            std::fs::read(d.path().join("TOC.txt")).unwrap_or_default(),
-            b"Data.db\n"
-        );
     }
 
     #[test]

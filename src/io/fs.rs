@@ -19,7 +19,7 @@ pub fn device_of(path: &Path) -> std::io::Result<u64> {
 
 /// fsync of a directory, so that names created or removed in it are durable.
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
+    super::durable::fsync(&File::open(dir)?)
 }
 
 /// `posix_fadvise(POSIX_FADV_DONTNEED)` on a range (`len` 0 = to EOF). Like Cassandra's
@@ -96,7 +96,7 @@ pub fn write_durable(path: &Path, bytes: &[u8], what: &str) -> std::io::Result<(
     let tmp = dir.join(format!(".{name}.tmp"));
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
-    f.sync_all()?;
+    super::durable::fsync(&f)?;
     drop(f);
     super::fault::point(&format!("{what}:tmp-written"));
     std::fs::rename(&tmp, path)?;

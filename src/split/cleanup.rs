@@ -445,9 +445,12 @@ pub fn cleanup(
     owned.validate(partitioner).map_err(invalid)?;
     // The Replace guard (`staged::preflight`: the out directory is the table directory and
     // no process holds its files), asked before writing and again before publishing.
+    // With the guard's proof the children are written unsynced and made durable by the one
+    // syncfs of `publish::replace_all` (`Durability::SyncFs`).
+    let mut durability = publish::Durability::PerFile;
     if opts.publish == Publish::Replace && !opts.dry_run {
         if let Some(p) = parents.first() {
-            staged::preflight(p, table_dir, Publish::Replace)?;
+            durability = staged::preflight(p, table_dir, Publish::Replace)?;
         }
     }
     let cut = Cut::Owned(owned.clone());
@@ -534,7 +537,7 @@ pub fn cleanup(
     // children's keys are exactly its keys in the owned ranges (`write`'s `owned_fp`).
     let mut staged: Vec<Staged<Checked>> = Vec::new();
     for p in planned.iter().filter(|p| p.verdict == Verdict::Split) {
-        staged.push(p.plan.write(&out_dir)?.check()?);
+        staged.push(p.plan.write_with(&out_dir, &durability)?.check()?);
     }
     let children: Vec<(PathBuf, Descriptor)> = staged
         .iter()
@@ -554,12 +557,16 @@ pub fn cleanup(
     }
     let published = match opts.publish {
         Publish::Replace if removed.is_empty() => publish::Published::default(),
-        Publish::Replace => {
-            if let Some(p) = planned.first() {
-                staged::preflight(&p.parent, table_dir, Publish::Replace)?;
-            }
-            publish::replace_all(table_dir, &children, &removed, TxnOperation::Cleanup)?
-        }
+        Publish::Replace => match planned.first() {
+            Some(p) => publish::replace_all(
+                table_dir,
+                &children,
+                &removed,
+                TxnOperation::Cleanup,
+                &staged::replace_guard(&p.parent, table_dir)?,
+            )?,
+            None => publish::Published::default(),
+        },
         Publish::Stage if children.is_empty() => publish::Published::default(),
         Publish::Stage => publish::stage_all(&out_dir, &children)?,
         // Refused with the out directory above.

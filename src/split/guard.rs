@@ -22,9 +22,25 @@ use super::error::PublishError;
 use super::publish::processes_holding;
 use crate::io::proc::{probe_visibility_for, Visibility};
 
+/// The proof that no Cassandra (nor anything else we could not see) had a file of the
+/// directories open when the guard looked: only [`cassandra_stopped`] makes one. A Replace
+/// cannot be published without it (`publish::replace_all` takes it), and with it the
+/// engine may make its result durable with one `syncfs` instead of an fsync a file
+/// (`publish::Durability::SyncFs`): nothing else writes to the filesystem's table
+/// directories, so flushing the whole filesystem costs no one else's pages.
+#[derive(Debug)]
+pub struct CassandraStopped {
+    _proof: (),
+}
+
 /// Refuses unless no process holds a file under any of `dirs` and every process that could
 /// is visible. Changes nothing.
 pub fn ensure_no_cassandra(dirs: &[&Path]) -> Result<(), PublishError> {
+    cassandra_stopped(dirs).map(|_| ())
+}
+
+/// `ensure_no_cassandra`, keeping the proof for the write and publish path.
+pub fn cassandra_stopped(dirs: &[&Path]) -> Result<CassandraStopped, PublishError> {
     for d in dirs {
         let dir = std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf());
         if let Some((pid, cmd)) = processes_holding(&dir).into_iter().next() {
@@ -35,5 +51,5 @@ pub fn ensure_no_cassandra(dirs: &[&Path]) -> Result<(), PublishError> {
         let dir = dirs.first().map(|d| d.to_path_buf()).unwrap_or_default();
         return Err(PublishError::CassandraMayBeRunning { dir, why });
     }
-    Ok(())
+    Ok(CassandraStopped { _proof: () })
 }

@@ -670,7 +670,9 @@ pub fn run_on_restart(data_dir: &Path, opts: &ApplyOptions) -> Result<ApplyRepor
     if tables.is_empty() {
         return Ok(report);
     }
-    super::guard::ensure_no_cassandra(&[data_dir])?;
+    // The proof is what lets `replace_all` publish, with one syncfs (docs/split.md
+    // "Durability"): the children were made durable one file at a time when pended.
+    let stopped = super::guard::cassandra_stopped(&[data_dir])?;
     point("apply:guarded");
     for t in &tables {
         // `recover` takes the table lock itself (and gives it back): first, then ours.
@@ -679,7 +681,7 @@ pub fn run_on_restart(data_dir: &Path, opts: &ApplyOptions) -> Result<ApplyRepor
         }
         let _lock = publish::lock_for_split(t, t)?;
         for j in job_dirs(t)? {
-            report.jobs.push(apply_job(t, &j, opts)?);
+            report.jobs.push(apply_job(t, &j, opts, &stopped)?);
         }
     }
     Ok(report)
@@ -727,7 +729,12 @@ struct Applying {
     children: Vec<String>,
 }
 
-fn apply_job(table: &Path, job: &Path, opts: &ApplyOptions) -> Result<JobAction, PublishError> {
+fn apply_job(
+    table: &Path,
+    job: &Path,
+    opts: &ApplyOptions,
+    stopped: &super::guard::CassandraStopped,
+) -> Result<JobAction, PublishError> {
     let uid = file_name(job);
     if job.join(OUTCOME_FILE).exists() {
         if !opts.dry_run && job.join(INTENT_FILE).exists() {
@@ -910,6 +917,7 @@ fn apply_job(table: &Path, job: &Path, opts: &ApplyOptions) -> Result<JobAction,
         &children,
         &parent_descs,
         TxnOperation::from_name(&intent.operation),
+        stopped,
     )?;
     point("apply:published");
     let o = outcome(

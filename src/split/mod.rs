@@ -154,9 +154,12 @@ pub fn run(
         parent.table().path(&crate::sstable::Component::Index),
         parent.data_path().to_path_buf(),
     ]);
-    if !target.dry_run {
-        staged::preflight(parent, &target.out_dir, target.publish)?;
-    }
+    let syncs_before = crate::io::durable::counts();
+    let durability = if target.dry_run {
+        publish::Durability::PerFile
+    } else {
+        staged::preflight(parent, &target.out_dir, target.publish)?
+    };
     let plan = parent.plan_with_progress(cut, policy, &mut |bytes, total| {
         progress(RunProgress::Index {
             pass: 1,
@@ -185,7 +188,7 @@ pub fn run(
         r.plan_seconds = plan.index_pass.as_secs_f64();
         return Ok(r);
     }
-    let staged = plan.write_with_progress(&target.out_dir, &mut |p| {
+    let staged = plan.write_with_progress(&target.out_dir, &durability, &mut |p| {
         progress(match p {
             Progress::Index { bytes, total } => RunProgress::Index {
                 pass: 2,
@@ -202,6 +205,14 @@ pub fn run(
         report.read_bytes = d.read_bytes;
         report.write_bytes = d.write_bytes;
     }
+    report.durability = Some(report::DurabilityReport {
+        mode: if durability.is_syncfs() {
+            "syncfs"
+        } else {
+            "per_file"
+        },
+        calls: crate::io::durable::counts().since(syncs_before),
+    });
     Ok(report)
 }
 

@@ -12,6 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 pub use super::error::PublishError;
+pub use super::guard::CassandraStopped;
 use crate::io::fs::sync_dir;
 use crate::io::lock::DirLock;
 use crate::sstable::{Component, Descriptor, FormatError, Result, SSTableId};
@@ -58,14 +59,38 @@ impl Publish {
     }
 }
 
+/// How a split's files become durable (docs/split.md "Durability").
+#[derive(Debug)]
+pub enum Durability {
+    /// An fsync a file, on the pool (`io::durable::Batch`), then of the directories: where
+    /// Cassandra may be running (Stage, OnRestart's pend, a RangeStream's receive), since a
+    /// `syncfs` would also write back every dirty page of Cassandra's own.
+    PerFile,
+    /// Nothing fsynced while writing; one `syncfs` of the data filesystem makes the
+    /// children, the staging directories and the log's records durable before the renames
+    /// that publish them (`replace_all`). Only a Replace has it, and only with the guard's
+    /// proof that Cassandra is stopped.
+    SyncFs(CassandraStopped),
+}
+
+impl Durability {
+    pub fn is_syncfs(&self) -> bool {
+        matches!(self, Durability::SyncFs(_))
+    }
+}
+
 fn io_err(p: &Path) -> impl Fn(std::io::Error) -> FormatError + '_ {
     move |e| FormatError::io(p, e)
 }
 
-/// A fresh staging directory inside `out` (same filesystem, so renames are atomic).
-pub fn create_staging(out: &Path) -> Result<PathBuf> {
+/// A fresh staging directory inside `out` (same filesystem, so renames are atomic); its name
+/// is durable now, or with `Durability::SyncFs` at the syncfs before publication.
+pub fn create_staging(out: &Path, durability: &Durability) -> Result<PathBuf> {
     let dir = out.join(format!("{STAGING_PREFIX}{}", uuid::Uuid::new_v4().simple()));
     fs::create_dir(&dir).map_err(io_err(&dir))?;
+    if durability.is_syncfs() {
+        return Ok(dir);
+    }
     if let Err(e) = synced(out) {
         // The caller's guard only owns staging once this returns it.
         let _ = fs::remove_dir(&dir);
@@ -258,6 +283,11 @@ fn base_path(d: &Descriptor) -> Result<String> {
 }
 
 fn append_line(log: &Path, line: &str) -> Result<()> {
+    append(log, line, true)
+}
+
+/// `append_line`, leaving the record's durability to a later `syncfs` when `sync` is false.
+fn append(log: &Path, line: &str, sync: bool) -> Result<()> {
     let mut f = fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -268,8 +298,10 @@ fn append_line(log: &Path, line: &str) -> Result<()> {
     f.write_all(format!("{line}\n").as_bytes())
         .map_err(io_err(log))?;
     crash_point("txn:record-written");
-    f.sync_all().map_err(io_err(log))?;
-    crash_point("txn:record-synced");
+    if sync {
+        crate::io::durable::fsync(&f).map_err(io_err(log))?;
+        crash_point("txn:record-synced");
+    }
     Ok(())
 }
 
@@ -335,6 +367,16 @@ fn crash_point(point: &str) {
 fn synced(dir: &Path) -> Result<()> {
     crate::io::fault::io_point("fsync:dir-before").map_err(io_err(dir))?;
     sync_dir(dir).map_err(io_err(dir))?;
+    crash_point("fsync:dir-after");
+    Ok(())
+}
+
+/// `syncfs` of the filesystem holding `dir`, where a directory fsync stood before the
+/// syncfs took its place (and more): the same fault points, so the campaigns reach a
+/// failure and a kill at that step as they did.
+fn synced_fs(dir: &Path) -> Result<()> {
+    crate::io::fault::io_point("fsync:dir-before").map_err(io_err(dir))?;
+    crate::io::durable::syncfs(dir).map_err(io_err(dir))?;
     crash_point("fsync:dir-after");
     Ok(())
 }
@@ -450,6 +492,7 @@ pub fn replace(
     parent: &Descriptor,
     children: &[Descriptor],
     op: &str,
+    stopped: &CassandraStopped,
 ) -> Result<Published, PublishError> {
     let staged: Vec<(PathBuf, Descriptor)> = children
         .iter()
@@ -460,6 +503,7 @@ pub fn replace(
         &staged,
         std::slice::from_ref(parent),
         TxnOperation::from_name(op),
+        stopped,
     )
 }
 
@@ -467,11 +511,27 @@ pub fn replace(
 /// staging directory) ADDed, every parent REMOVEd — a cleanup's split and dropped
 /// sstables of one table — so a crash leaves either all parents or all children live.
 /// `children` may be empty (a cleanup that only drops sstables).
+///
+/// `stopped` is the guard's proof that no Cassandra runs on the table: it is what allows a
+/// Replace at all, and what lets one `syncfs` stand for an fsync a file (the children may
+/// arrive unsynced, `Durability::SyncFs`). The flushes that remain, each ordering two
+/// steps a power cut must not reverse (docs/split.md "Durability"):
+/// 1. `syncfs` after the ADD/REMOVE records: children, staging and records durable before
+///    any rename can be (a child renamed into the table with no durable ADD would be live
+///    beside its parent);
+/// 2. the table directory after the renames: every child in place before COMMIT can be;
+/// 3. the log after COMMIT: committed before any parent file goes;
+/// 4. the table directory after the parents' deletion: gone before the log is (a log
+///    removed first would let a power cut bring the parent back beside its children).
+///
+/// The log's removal is not synced: a power cut that brings back the committed log leaves
+/// what a crash right after COMMIT leaves, which `recover` and Cassandra's startup finish.
 pub fn replace_all(
     table_dir: &Path,
     children: &[(PathBuf, Descriptor)],
     parents: &[Descriptor],
     op: TxnOperation,
+    _stopped: &CassandraStopped,
 ) -> Result<Published, PublishError> {
     let version = parents
         .first()
@@ -529,9 +589,6 @@ pub fn replace_all(
             table_dir.display()
         ));
     }
-    if let Err(e) = synced(table_dir) {
-        left_behind.push(e.to_string());
-    }
     Ok(Published {
         data_paths: finals.iter().map(|d| d.path(&Component::Data)).collect(),
         left_behind,
@@ -548,7 +605,7 @@ fn before_commit(
 ) -> Result<(), PublishError> {
     for ((staging, c), d) in children.iter().zip(finals) {
         let n = sstable_files(staging, c)?.len() as i32;
-        append_line(log, &log_record("ADD", &base_path(d)?, 0, n))?;
+        append(log, &log_record("ADD", &base_path(d)?, 0, n), false)?;
     }
     for parent in parents {
         let parent_files = sstable_files(&parent.dir, parent)?;
@@ -557,7 +614,7 @@ fn before_commit(
             let m = fs::metadata(f).map_err(io_err(f))?;
             mtime_ms = mtime_ms.max(m.mtime() * 1000 + m.mtime_nsec() / 1_000_000);
         }
-        append_line(
+        append(
             log,
             &log_record(
                 "REMOVE",
@@ -565,9 +622,10 @@ fn before_commit(
                 mtime_ms,
                 parent_files.len() as i32,
             ),
+            false,
         )?;
     }
-    synced(table_dir)?;
+    synced_fs(table_dir)?;
     crash_point("logged");
     for (staging, c) in children {
         for f in sstable_files(staging, c)? {

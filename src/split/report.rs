@@ -72,4 +72,16 @@ pub struct SplitReport {
     /// parent, the log, staging), each with the obstacle; empty on a clean run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub left_behind: Vec<String>,
+    /// How the split made its files durable and the calls it took (absent in a dry run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub durability: Option<DurabilityReport>,
+}
+
+/// `durability` of a split report: `syncfs` for a Replace with Cassandra proven stopped
+/// (one syncfs before COMMIT), `per_file` otherwise (docs/split.md "Durability").
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DurabilityReport {
+    pub mode: &'static str,
+    /// fsync/fdatasync and syncfs calls this split made, from the preflight to publication.
+    pub calls: crate::io::durable::SyncCounts,
 }

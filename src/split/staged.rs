@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::error::PublishError;
 use super::parent::Parent;
 use super::plan::{ChildPlan, Plan};
-use super::publish::{self, Publish};
+use super::publish::{self, CassandraStopped, Durability, Publish};
 use super::report::{Check, ChildReport, SplitReport};
 use super::spec::Cut;
 use crate::io::reflink::ReflinkSupport;
@@ -152,11 +152,21 @@ impl Staged<Unchecked> {
 /// What `Replace` needs before anything is written: `--out` is the parent's table directory
 /// and no process holds files under it, nor could one we cannot see (`split::guard`: a live
 /// Cassandra would not see the children and could reuse their generation ids). `publish`
-/// asks again.
-pub fn preflight(parent: &Parent, out_dir: &Path, mode: Publish) -> Result<(), PublishError> {
+/// asks again. The answer is how the split makes its files durable: with the guard's proof
+/// one `syncfs` before publication, otherwise an fsync a file.
+pub fn preflight(
+    parent: &Parent,
+    out_dir: &Path,
+    mode: Publish,
+) -> Result<Durability, PublishError> {
     if mode != Publish::Replace {
-        return Ok(());
+        return Ok(Durability::PerFile);
     }
+    Ok(Durability::SyncFs(replace_guard(parent, out_dir)?))
+}
+
+/// The `Replace` half of `preflight`: its proof that Cassandra is stopped.
+pub fn replace_guard(parent: &Parent, out_dir: &Path) -> Result<CassandraStopped, PublishError> {
     let a = fs::canonicalize(out_dir).map_err(|e| crate::sstable::FormatError::io(out_dir, e))?;
     let b = fs::canonicalize(parent.dir())
         .map_err(|e| crate::sstable::FormatError::io(parent.dir(), e))?;
@@ -166,14 +176,13 @@ pub fn preflight(parent: &Parent, out_dir: &Path, mode: Publish) -> Result<(), P
             out: a,
         });
     }
-    super::guard::ensure_no_cassandra(&[&b])
+    super::guard::cassandra_stopped(&[&b])
 }
 
 impl Staged<Checked> {
     /// `Stage`: children renamed into `--out` (TOC last); `Replace`: swapped in for the
     /// parent through a transaction log (`split::publish`).
     pub fn publish(mut self, mode: Publish) -> Result<SplitReport, PublishError> {
-        preflight(&self.parent, &self.out_dir, mode)?;
         let published = match mode {
             Publish::Stage => publish::stage(&self.staging, &self.out_dir, &self.descs)?,
             Publish::Replace => publish::replace(
@@ -182,6 +191,7 @@ impl Staged<Checked> {
                 &self.parent.table().descriptor,
                 &self.descs,
                 self.operation,
+                &replace_guard(&self.parent, &self.out_dir)?,
             )?,
             Publish::OnRestart => {
                 return Err(PublishError::Pending {
@@ -257,5 +267,6 @@ pub fn report(
         write_seconds: 0.0,
         plan_source: None,
         left_behind: Vec::new(),
+        durability: None,
     }
 }

@@ -17,7 +17,7 @@ use super::data::{self, DataLayout, DataResult, DataTarget, ParentData, Segment,
 use super::error::WriteError;
 use super::parent::split_support;
 use super::plan::{DigestPolicy, Layout, Plan};
-use super::publish;
+use super::publish::{self, Durability};
 use super::report::ChildReport;
 use super::spec::{Cut, Label, RepairTriple};
 use super::staged::{Staged, StagingGuard, Unchecked, Written};
@@ -118,13 +118,25 @@ impl Plan {
 
     /// Writes every child into a new staging directory under `out_dir` (a directory on the
     /// parent's filesystem). On any error the staging directory is removed.
+    /// Every file fsynced (`Durability::PerFile`).
     pub fn write(&self, out_dir: &Path) -> Result<Staged<Unchecked>, WriteError> {
-        self.write_with_progress(out_dir, &mut |_| {})
+        self.write_with(out_dir, &Durability::PerFile)
+    }
+
+    /// With `Durability::SyncFs` nothing is fsynced here: the caller's publication makes
+    /// it durable with one `syncfs` (`publish::replace_all`).
+    pub fn write_with(
+        &self,
+        out_dir: &Path,
+        durability: &Durability,
+    ) -> Result<Staged<Unchecked>, WriteError> {
+        self.write_with_progress(out_dir, durability, &mut |_| {})
     }
 
     pub fn write_with_progress(
         &self,
         out_dir: &Path,
+        durability: &Durability,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Staged<Unchecked>, WriteError> {
         let started = Instant::now();
@@ -143,7 +155,7 @@ impl Plan {
                 message: format!("on another filesystem than the parent {}: children share or copy the parent's chunks in place and publish by rename, so they must be written on the parent's filesystem", parent.dir().display()),
             });
         }
-        let staging = publish::create_staging(out_dir).map_err(WriteError::Format)?;
+        let staging = publish::create_staging(out_dir, durability).map_err(WriteError::Format)?;
         let guard = StagingGuard::new(staging.clone());
         // Probed inside staging: a kill mid-probe leaves nothing that removing staging (the
         // guard, or `recover`) does not remove.
@@ -181,7 +193,11 @@ impl Plan {
             .collect();
 
         let mut pd = self.parent_data()?;
-        let mut batch = Batch::new();
+        let mut batch = if durability.is_syncfs() {
+            Batch::deferred()
+        } else {
+            Batch::new()
+        };
         let mut open: Vec<Option<Open>> = (0..self.children.len()).map(|_| None).collect();
         let mut done: Vec<Option<ChildReport>> = (0..self.children.len()).map(|_| None).collect();
         let mut children_fp = Fingerprint::default();
