@@ -68,31 +68,8 @@ fn ring_json(joining: bool) -> String {
     serde_json::json!({"endpoints": endpoints, "ranges": ranges, "keyspaces": ["ks"]}).to_string()
 }
 
-/// (count, xor, sum) of sstcheck over `paths` (each must pass), of every key or (with
-/// `ranges`) of the keys in those ranges.
 fn fingerprint(shared: &Path, paths: &[PathBuf], ranges: &[(i64, i64)]) -> (u64, u64, u64) {
-    let mut c = Command::new("python3");
-    c.arg(shared.join("tools/sstcheck.py")).args(paths);
-    if !ranges.is_empty() {
-        let r: Vec<String> = ranges.iter().map(|(l, r)| format!("{l}:{r}")).collect();
-        c.env("SSTCHECK_RANGES", r.join(","));
-    }
-    let out = c.output().unwrap();
-    let mut fp = (0u64, 0u64, 0u64);
-    for l in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: serde_json::Value = serde_json::from_str(l).unwrap();
-        assert_eq!(v["ok"], true, "sstcheck: {v}");
-        let v = if ranges.is_empty() {
-            &v
-        } else {
-            &v["in_ranges"]
-        };
-        let h = |k: &str| u64::from_str_radix(v[k].as_str().unwrap(), 16).unwrap();
-        fp.0 += v["partitions"].as_u64().unwrap();
-        fp.1 ^= h("keys_xor");
-        fp.2 = fp.2.wrapping_add(h("keys_sum"));
-    }
-    fp
+    keys_fingerprint(shared, paths, ranges)
 }
 
 fn setup(d: &Path, name: &str) -> (PathBuf, PathBuf) {

@@ -260,32 +260,8 @@ fn an_unhealthy_cluster_or_a_budget_too_small_changes_nothing() {
     assert_eq!(snapshot(&table), snap, "the table changed");
 }
 
-/// The keys of `paths` inside `(l, r]` ranges (every key without ranges), as sstcheck
-/// fingerprints them: (count, xor, sum).
 fn keys_in(paths: &[PathBuf], ranges: &[(i64, i64)]) -> (u64, u64, u64) {
-    let shared = shared_dir().expect("../shared");
-    let mut c = Command::new("python3");
-    c.arg(shared.join("tools/sstcheck.py")).args(paths);
-    if !ranges.is_empty() {
-        let r: Vec<String> = ranges.iter().map(|(l, r)| format!("{l}:{r}")).collect();
-        c.env("SSTCHECK_RANGES", r.join(","));
-    }
-    let out = c.output().unwrap();
-    let mut fp = (0u64, 0u64, 0u64);
-    for l in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: serde_json::Value = serde_json::from_str(l).unwrap();
-        assert_eq!(v["ok"], true, "sstcheck: {v}");
-        let v = if ranges.is_empty() {
-            &v
-        } else {
-            &v["in_ranges"]
-        };
-        let h = |k: &str| u64::from_str_radix(v[k].as_str().unwrap(), 16).unwrap();
-        fp.0 += v["partitions"].as_u64().unwrap();
-        fp.1 ^= h("keys_xor");
-        fp.2 = fp.2.wrapping_add(h("keys_sum"));
-    }
-    fp
+    keys_fingerprint(&shared_dir().expect("../shared"), paths, ranges)
 }
 
 /// A CleanupJob with `publish: Replace` and `maintenance: ManagementApi`: the same window

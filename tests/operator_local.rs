@@ -303,8 +303,10 @@ fn parallelism_splits_that_many_sstables_at_once() {
         let name = format!("par{want}");
         let (outcome, stats) = job::run(
             &spec(p),
-            &name,
-            &name,
+            job::JobId {
+                name: &name,
+                uid: &name,
+            },
             &data,
             &mut st,
             &Arc::new(AtomicBool::new(false)),

@@ -188,8 +188,10 @@ impl AnticompactionJob {
             };
             let r = job::run(
                 &spec,
-                &n2,
-                &uid,
+                job::JobId {
+                    name: &n2,
+                    uid: &uid,
+                },
                 &data_dir,
                 &mut worker_status,
                 &c2,

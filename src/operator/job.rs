@@ -433,6 +433,14 @@ pub fn pending_parents(
     Ok(not_done(&find_sstables(dirs, spec)?, status))
 }
 
+/// A job's two names on the node: its name (the staging directory of `Stage`) and its uid
+/// (the pending directory of `OnRestart`, `core::restart::job_uid`).
+#[derive(Debug, Clone, Copy)]
+pub struct JobId<'a> {
+    pub name: &'a str,
+    pub uid: &'a str,
+}
+
 /// How a run went, beyond its outcome (tests and logs).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RunStats {
@@ -447,14 +455,17 @@ pub struct RunStats {
 /// bucket. With the outcome, how the run went (`RunStats`).
 pub fn run(
     spec: &AnticompactionJobSpec,
-    job_name: &str,
-    job_uid: &str,
+    job: JobId<'_>,
     data_dir: &Path,
     status: &mut JobStatus,
     cancel: &Arc<AtomicBool>,
     limits: &NodeLimits,
     on_step: &mut dyn FnMut(Step<'_>, &JobStatus),
 ) -> Result<(Outcome, RunStats), Failure> {
+    let JobId {
+        name: job_name,
+        uid: job_uid,
+    } = job;
     let dirs = table_dirs(data_dir, spec)?;
     recover_leftovers(&dirs, job_name)?;
     if spec.publish == Publish::Stage && !spec.dry_run {
