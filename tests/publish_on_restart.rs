@@ -744,3 +744,48 @@ fn an_on_restart_job_awaits_the_restart_and_the_sidecar_settles_its_outcome() {
     assert_eq!(live_now, want, "the first job's children are untouched");
     drop(sidecar);
 }
+
+/// The DaemonSet shape with the chart's `daemonset.processCapabilities`: a UID-0 container
+/// with only `CAP_DAC_READ_SEARCH`, `CAP_SYS_PTRACE` and `CAP_DAC_OVERRIDE` (its bounding set
+/// is exactly those) sees the open files of a UID-999 Cassandra and refuses the Replace with
+/// `CassandraRunning`; without `CAP_SYS_PTRACE` (reading the fd links), or without both
+/// `CAP_DAC_READ_SEARCH` and `CAP_DAC_OVERRIDE` (listing the fd directory), it cannot read
+/// them and says `CassandraMayBeRunning` (docs/split.md "The Replace guard"). Nothing
+/// changes on disk in any case.
+#[test]
+fn the_daemonset_capabilities_let_the_guard_see_another_uids_cassandra() {
+    let d = tempfile::tempdir().unwrap();
+    let table = table_in(d.path());
+    let parent = table.join("nb-1-big-Data.db");
+    let _cassandra = holder(&parent);
+    std::thread::sleep(Duration::from_millis(300));
+    let snap = snapshot(&table);
+    for (caps, want) in [
+        (
+            "+dac_read_search,+sys_ptrace,+dac_override",
+            "CassandraRunning",
+        ),
+        // CAP_DAC_OVERRIDE bypasses the directory's read check as CAP_DAC_READ_SEARCH
+        // does: with it, listing another UID's fd directory needs nothing more.
+        ("+sys_ptrace,+dac_override", "CassandraRunning"),
+        ("+sys_ptrace", "CassandraMayBeRunning"),
+        ("+dac_read_search,+dac_override", "CassandraMayBeRunning"),
+        ("+dac_read_search", "CassandraMayBeRunning"),
+    ] {
+        let out = Command::new("setpriv")
+            .arg(format!("--bounding-set=-all,{caps}"))
+            .arg("--inh-caps=-all")
+            .arg(cleave_bin())
+            .arg("split")
+            .arg(&parent)
+            .arg("--out")
+            .arg(&table)
+            .args(["--parts", "2", "--publish", "replace", "--json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{caps}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(v["error"]["reason"], want, "{caps}: {v}");
+        assert_eq!(snapshot(&table), snap, "{caps}: the table changed");
+    }
+}

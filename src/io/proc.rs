@@ -561,6 +561,11 @@ pub fn proc_facts_for(dirs: &[&Path]) -> ProcFacts {
         Vec::new()
     };
     let me = std::process::id();
+    let mine = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|st| parse_creds(&st));
+    let my_uid = mine.as_ref().map(|c| c.fsuid);
+    let ptrace = mine.as_ref().is_some_and(|c| c.has_cap(CAP_SYS_PTRACE));
     let own_mnt = ns_inode(std::path::Path::new("/proc/self/ns/mnt"));
     let pid1_mnt = ns_inode(std::path::Path::new("/proc/1/ns/mnt"));
     let mut processes = 0;
@@ -575,7 +580,24 @@ pub fn proc_facts_for(dirs: &[&Path]) -> ProcFacts {
             if pid == me {
                 continue;
             }
-            if let Err(err) = std::fs::read_dir(e.path().join("fd")) {
+            // Listing another user's fd directory needs CAP_DAC_READ_SEARCH (or
+            // CAP_DAC_OVERRIDE); reading its links needs CAP_SYS_PTRACE as well
+            // (`proc_fd_access_allowed` → `ptrace_may_access`). Without CAP_SYS_PTRACE a
+            // listing of another user's process proves nothing, so one of its links is read
+            // too (a process with no open file holds nothing).
+            let other_user = !ptrace
+                && std::fs::read_to_string(e.path().join("status"))
+                    .ok()
+                    .and_then(|st| parse_creds(&st))
+                    .is_none_or(|c| Some(c.fsuid) != my_uid);
+            let probe = std::fs::read_dir(e.path().join("fd")).and_then(|mut rd| {
+                match rd.next().filter(|_| other_user) {
+                    Some(Ok(fd)) => std::fs::read_link(fd.path()).map(|_| ()),
+                    Some(Err(err)) => Err(err),
+                    None => Ok(()),
+                }
+            });
+            if let Err(err) = probe {
                 // A process that exited between the listing and now is not a holder.
                 if err.kind() != ErrorKind::NotFound {
                     match cannot_hold(&e.path(), &vols) {
