@@ -281,16 +281,27 @@ fn write_json<T: Serialize>(path: &Path, v: &T, what: &str) -> Result<(), Publis
 /// Reads an intent, refusing one of a newer format.
 pub fn read_intent(path: &Path) -> Result<Intent, PublishError> {
     let i: Intent = read_json(path)?;
-    if i.version > FORMAT_VERSION {
+    check_version(path, "intent", i.version)?;
+    Ok(i)
+}
+
+/// Reads an outcome, refusing one of a newer format.
+fn read_outcome(path: &Path) -> Result<Outcome, PublishError> {
+    let o: Outcome = read_json(path)?;
+    check_version(path, "outcome", o.version)?;
+    Ok(o)
+}
+
+/// A record written by a newer cleave is not acted on: its fields may mean more than this
+/// one knows.
+fn check_version(path: &Path, what: &str, version: u32) -> Result<(), PublishError> {
+    if version > FORMAT_VERSION {
         return Err(pending(
             path,
-            format!(
-                "intent format {} is newer than this cleave's {FORMAT_VERSION}",
-                i.version
-            ),
+            format!("{what} format {version} is newer than this cleave's {FORMAT_VERSION}"),
         ));
     }
-    Ok(i)
+    Ok(())
 }
 
 /// One process adds parents to an intent at a time (the operator splits several parents of
@@ -501,21 +512,6 @@ fn job_dirs(table_dir: &Path) -> Result<Vec<PathBuf>, PublishError> {
     Ok(v)
 }
 
-/// Every outcome record under `data_dir`, for the sidecar to turn into job statuses. A
-/// record that does not parse is an error naming it.
-pub fn read_outcomes(data_dir: &Path) -> Result<Vec<Outcome>, PublishError> {
-    let mut v = Vec::new();
-    for t in pending_tables(data_dir)? {
-        for j in job_dirs(&t)? {
-            let p = j.join(OUTCOME_FILE);
-            if p.exists() {
-                v.push(read_json(&p)?);
-            }
-        }
-    }
-    Ok(v)
-}
-
 /// Where one job stands on a node's data volume.
 #[derive(Debug, Default)]
 pub struct JobState {
@@ -533,27 +529,12 @@ pub fn job_state(data_dir: &Path, job_uid: &str) -> Result<JobState, PublishErro
         let j = job_dir(&t, job_uid);
         let outcome = j.join(OUTCOME_FILE);
         if outcome.exists() {
-            let o: Outcome = read_json(&outcome)?;
-            if o.version > FORMAT_VERSION {
-                return Err(pending(
-                    &outcome,
-                    format!(
-                        "outcome format {} is newer than this cleave's {FORMAT_VERSION}",
-                        o.version
-                    ),
-                ));
-            }
-            st.outcomes.push(o);
+            st.outcomes.push(read_outcome(&outcome)?);
         } else if j.join(INTENT_FILE).exists() {
             st.pending.push(t);
         }
     }
     Ok(st)
-}
-
-/// Whether `job_uid` has an intent waiting (not yet applied) anywhere under `data_dir`.
-pub fn is_pending(data_dir: &Path, job_uid: &str) -> Result<bool, PublishError> {
-    Ok(!job_state(data_dir, job_uid)?.pending.is_empty())
 }
 
 /// Withdraws a job that will not be published (its resource was deleted): removes its
@@ -574,21 +555,16 @@ pub fn withdraw(table_dir: &Path, job_uid: &str) -> Result<bool, PublishError> {
             "an apply-pending was interrupted while publishing this job: run `cleave apply-pending` (Cassandra stopped) to finish it before withdrawing",
         ));
     }
-    for e in fs::read_dir(&j).map_err(io(&j))? {
-        let e = e.map_err(io(&j))?;
-        if file_name(&e.path()).starts_with("children-") {
-            remove_if_exists(&e.path())?;
-        }
-    }
-    remove_if_exists(&j.join(APPLY_DIR))?;
-    sync_dir(&j).map_err(io(&j))?;
-    acknowledge_outcome_unlocked(table_dir, &j)?;
+    // The children first (durably), then the intent with the directory: a crash in between
+    // leaves an intent whose children are gone, which apply-pending drops (CheckFailed).
+    clean_job(&j)?;
+    remove_job_dir(table_dir, &j)?;
     Ok(true)
 }
 
-/// Removes a job's directory (its outcome and intent last of all) and the pending
+/// Removes a job's directory (what is left of it: intent, outcome) and the pending
 /// directory with its last job.
-fn acknowledge_outcome_unlocked(table_dir: &Path, j: &Path) -> Result<(), PublishError> {
+fn remove_job_dir(table_dir: &Path, j: &Path) -> Result<(), PublishError> {
     match fs::remove_dir_all(j) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -609,7 +585,7 @@ pub fn acknowledge_outcome(table_dir: &Path, job_uid: &str) -> Result<(), Publis
     if j.join(INTENT_FILE).exists() {
         return Err(pending(&j, "the intent is not applied yet"));
     }
-    acknowledge_outcome_unlocked(table_dir, &j)
+    remove_job_dir(table_dir, &j)
 }
 
 #[derive(Debug, Clone, Default)]
