@@ -52,7 +52,6 @@ impl Kind for AnticompactionJob {
         let windowed = wants_window(&self.spec);
         if windowed {
             if let Err(f) = window::open(&self, &ctx, &mut lease, &mut latest, &data_dir).await {
-                let f = window::fail_opening(&*self, &ctx, &mut lease, &mut latest, f).await;
                 lease::finish(&mut lease, &run.key, started, &latest, Ended::Failed(f)).await;
                 return;
             }
@@ -69,13 +68,6 @@ impl Kind for AnticompactionJob {
         if ended == Ended::Complete && self.spec.publish == Publish::OnRestart {
             ended = Ended::Staged(restart::how_to_restart(&self.spec.node_name));
         }
-        if let Some(w) = last
-            .window
-            .as_mut()
-            .filter(|w| w.step == WindowStep::Stopped)
-        {
-            w.step = WindowStep::Replaced;
-        }
         if hit && matches!(ended, Ended::Interrupted) {
             ended = Ended::Failed(Failure::new(
                 Reason::DowntimeExceeded,
@@ -83,12 +75,7 @@ impl Kind for AnticompactionJob {
             ));
         }
         if windowed {
-            match window::close(&*self, &ctx, &mut lease, &mut last).await {
-                Ok(true) => {}
-                // Shutting down: the next sidecar waits for readiness and resumes.
-                Ok(false) => ended = Ended::Interrupted,
-                Err(f) => ended = Ended::Failed(f),
-            }
+            ended = window::end(&*self, &ctx, &mut lease, &mut last, ended).await;
         }
         lease::finish(&mut lease, &run.key, started, &last, ended).await;
     }

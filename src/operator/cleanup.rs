@@ -20,7 +20,7 @@ use kube::ResourceExt;
 use super::core::{lease, now, Ctx, Ended, Kind, Run, Store};
 use super::crd::{
     CleanupJob, CleanupJobSpec, CleanupVerdict, JobStatus, Maintenance, Ownership, Publish,
-    SSTableResult, WindowStep,
+    SSTableResult,
 };
 use super::decide::{self, TableClaim};
 use super::job::{self, STAGED_DIR};
@@ -102,7 +102,6 @@ impl Kind for CleanupJob {
         if windowed {
             let d = data_dir(&self.spec, &ctx.data_dir);
             if let Err(f) = window::open(&self, &ctx, &mut lease, &mut latest, &d).await {
-                let f = window::fail_opening(&*self, &ctx, &mut lease, &mut latest, f).await;
                 lease::finish(&mut lease, &run.key, started, &latest, Ended::Failed(f)).await;
                 return;
             }
@@ -114,20 +113,8 @@ impl Kind for CleanupJob {
             Ok(e) => e,
             Err(f) => Ended::Failed(f),
         };
-        if let Some(w) = latest
-            .window
-            .as_mut()
-            .filter(|w| w.step == WindowStep::Stopped)
-        {
-            w.step = WindowStep::Replaced;
-        }
         if windowed {
-            match window::close(&*self, &ctx, &mut lease, &mut latest).await {
-                Ok(true) => {}
-                // Shutting down: the next sidecar waits for readiness and resumes.
-                Ok(false) => ended = Ended::Interrupted,
-                Err(f) => ended = Ended::Failed(f),
-            }
+            ended = window::end(&*self, &ctx, &mut lease, &mut latest, ended).await;
         }
         lease::finish(&mut lease, &run.key, started, &latest, ended).await;
     }

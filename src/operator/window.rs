@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::core::{lease::Lease, now, Ctx, Kind, Store};
+use super::core::{lease::Lease, now, Ctx, Ended, Kind, Store};
 use super::crd::{JobStatus, WindowStatus, WindowStep};
 use super::status::{self, Event};
 use crate::mgmt::{Client, ClusterHealth, Start};
@@ -315,9 +315,23 @@ pub async fn record<K: Windowed, S: Store>(
 }
 
 /// Opens the window (probe, flush, drain, stop) unless a resumed one is still open or
-/// nothing remains to replace. Err: the resource fails; `latest.window` says whether
-/// Cassandra may be down.
+/// nothing remains to replace. Err: the resource fails with this failure, and a window that
+/// had stopped Cassandra is closed first ([`fail_opening`]).
 pub async fn open<K: Windowed, S: Store>(
+    obj: &Arc<K>,
+    ctx: &Ctx<S>,
+    lease: &mut Lease<'_, S, K>,
+    latest: &mut JobStatus,
+    data_dir: &Path,
+) -> Result<(), Failure> {
+    match open_steps(obj, ctx, lease, latest, data_dir).await {
+        Ok(()) => Ok(()),
+        Err(f) => Err(fail_opening(&**obj, ctx, lease, latest, f).await),
+    }
+}
+
+/// [`open`]'s steps; Err: `latest.window` says whether Cassandra may be down.
+async fn open_steps<K: Windowed, S: Store>(
     obj: &Arc<K>,
     ctx: &Ctx<S>,
     lease: &mut Lease<'_, S, K>,
@@ -401,8 +415,33 @@ pub async fn close<K: Windowed, S: Store>(
     Ok(true)
 }
 
-/// A failure while opening: a failure before the stop changed nothing; one at or after it
-/// leaves a window to close (Cassandra is started again before the resource fails).
+/// After the Replace: records `Replaced` for a window that stopped Cassandra, closes it, and
+/// says how the resource ended (`Interrupted` if the sidecar shuts down before Cassandra is
+/// ready, `Failed` if the start fails).
+pub async fn end<K: Windowed, S: Store>(
+    obj: &K,
+    ctx: &Ctx<S>,
+    lease: &mut Lease<'_, S, K>,
+    latest: &mut JobStatus,
+    ended: Ended,
+) -> Ended {
+    if let Some(w) = latest
+        .window
+        .as_mut()
+        .filter(|w| w.step == WindowStep::Stopped)
+    {
+        w.step = WindowStep::Replaced;
+    }
+    match close(obj, ctx, lease, latest).await {
+        Ok(true) => ended,
+        // Shutting down: the next sidecar waits for readiness and resumes.
+        Ok(false) => Ended::Interrupted,
+        Err(f) => Ended::Failed(f),
+    }
+}
+
+/// A failure before or while opening: a failure before the stop changed nothing; one at or
+/// after it leaves a window to close (Cassandra is started again before the resource fails).
 pub async fn fail_opening<K: Windowed, S: Store>(
     obj: &K,
     ctx: &Ctx<S>,
