@@ -153,9 +153,9 @@ pub async fn check<K: Kind, S: Store>(
     ctx: &Arc<Ctx<S>>,
     key: &str,
 ) -> Result<Action, OperatorError> {
-    let data_dir = obj.tables(&ctx.data_dir).data_dir;
+    let d = obj.tables(&ctx.data_dir).data_dir;
     let uid = job_uid(&**obj);
-    let (d, u) = (data_dir.clone(), uid.clone());
+    let u = uid.clone();
     let state = tokio::task::spawn_blocking(move || intent::job_state(&d, &u))
         .await
         .map_err(|e| OperatorError::Task(format!("reading the job's outcomes: {e}")))?;
@@ -170,31 +170,22 @@ pub async fn check<K: Kind, S: Store>(
     };
     let tables: Vec<PathBuf> = state.outcomes.iter().map(|o| o.table_dir.clone()).collect();
     let current = obj.status().cloned().unwrap_or_default();
-    let ev_status;
-    let t = match settle(state.pending, &state.outcomes) {
+    let settled = settle(state.pending, &state.outcomes);
+    let (base, ev) = match &settled {
         Settled::Waiting { .. } => return Ok(Action::requeue(POLL)),
-        Settled::Complete { results } => {
-            ev_status = with_live_children(current, &results);
-            status::next(
-                &ev_status,
-                Event::Finished { planned: false },
-                obj.meta().generation,
-                now(),
-            )
-        }
-        Settled::Failed(f) => {
-            ev_status = current;
-            status::next(
-                &ev_status,
-                Event::Failed {
-                    reason: f.reason,
-                    message: &f.message,
-                },
-                obj.meta().generation,
-                now(),
-            )
-        }
+        Settled::Complete { results } => (
+            with_live_children(current, results),
+            Event::Finished { planned: false },
+        ),
+        Settled::Failed(f) => (
+            current,
+            Event::Failed {
+                reason: f.reason,
+                message: &f.message,
+            },
+        ),
     };
+    let t = status::next(&base, ev, obj.meta().generation, now());
     // Conditional on the version this reconcile saw: of two sidecars (an old one shutting
     // down, a new one starting) one writes.
     let expect = obj.meta().resource_version.clone();
@@ -212,16 +203,16 @@ pub async fn check<K: Kind, S: Store>(
     // Recorded in status: the outcome records can go (a failure here leaves a directory
     // the resource's deletion, or the next apply-pending's clean-up, removes).
     let r = tokio::task::spawn_blocking(move || {
-        for t in &tables {
-            intent::acknowledge_outcome(t, &uid)?;
-        }
-        Ok::<_, crate::split::PublishError>(())
+        tables
+            .iter()
+            .try_for_each(|t| intent::acknowledge_outcome(t, &uid))
+            .map_err(|e| e.to_string())
     })
-    .await;
-    match r {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => warn!(error = %e, "the job's outcome records were not removed"),
-        Err(e) => warn!(error = %e, "the job's outcome records were not removed"),
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    if let Err(e) = r {
+        warn!(error = %e, "the job's outcome records were not removed");
     }
     Ok(Action::await_change())
 }
