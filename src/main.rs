@@ -21,9 +21,9 @@ struct Cli {
 enum Command {
     /// Generate a table, anticompact it, check the children: the main job on a default.
     Demo(cli::demo::DemoArgs),
-    /// Print the CustomResourceDefinitions (AnticompactionJob, RangeStream).
+    /// Print the CustomResourceDefinitions (AnticompactionJob, RangeStream, CleanupJob).
     Crd,
-    /// The sidecar: reconcile this node's AnticompactionJobs and RangeStreams.
+    /// The sidecar: reconcile this node's AnticompactionJobs, RangeStreams and CleanupJobs.
     Run(cli::run::RunArgs),
     /// Describe an SSTable and check every component against the others.
     Inspect(cli::inspect::InspectArgs),
@@ -47,7 +47,7 @@ enum Command {
     Bench(cli::bench::BenchArgs),
     /// Ship sstables to another node, verified per chunk (docs/stream.md).
     Stream(cli::stream::StreamArgs),
-    /// Check AnticompactionJob/RangeStream manifests with the controller's own rules.
+    /// Check AnticompactionJob/RangeStream/CleanupJob manifests with the controller's own rules.
     Validate(cli::validate::ValidateArgs),
 }
 

@@ -1035,3 +1035,277 @@ fn injected_eio_at_every_fallible_step_leaves_every_parent_or_the_cleaned_table(
     );
     assert!(failed > 0 && succeeded > 0);
 }
+
+/// The table's files (name and bytes), without cleave's hidden pending directory.
+fn visible(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    flat(dir)
+        .into_iter()
+        .filter(|(n, _)| !n.starts_with('.'))
+        .collect()
+}
+
+fn apply_pending(data_dir: &Path) -> Command {
+    let mut c = Command::new(cleave_bin());
+    c.arg("apply-pending")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn apply_pending_ok(data_dir: &Path) -> serde_json::Value {
+    let out = apply_pending(data_dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "apply-pending: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Every fault point an unharmed run of `cmd` reaches, with how many times.
+fn fault_points(mut cmd: Command, list: &Path) -> BTreeMap<String, usize> {
+    let _ = std::fs::remove_file(list);
+    let out = cmd.env("CLEAVE_CRASH_LIST", list).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut counts = BTreeMap::new();
+    for l in std::fs::read_to_string(list).unwrap_or_default().lines() {
+        *counts.entry(l.to_string()).or_default() += 1;
+    }
+    counts
+}
+
+/// `--publish on-restart` (Cassandra may be running): the cleanup is recorded in the
+/// table's pending directory and nothing live changes; `apply-pending` (Cassandra stopped)
+/// publishes it in one CLEANUP transaction — the kept sstable untouched, the dropped one
+/// gone, the split ones replaced by children with the parent's repair state — exactly as
+/// `--publish replace` would have. A SIGKILL of the cleanup or of apply-pending at every
+/// fault point, then a complete apply-pending, leaves every parent byte for byte or exactly
+/// the cleaned table: never part of it.
+#[test]
+fn on_restart_records_the_cleanup_and_apply_pending_publishes_it_whole_or_not_at_all() {
+    let Some(shared) = corpus_or_skip("cleanup on restart") else {
+        return;
+    };
+    let tpl = tempfile::tempdir().unwrap();
+    let template = table_dir(tpl.path());
+    let a = gen(&template, 1, 31, "256KiB");
+    gen(&template, 2, 32, "256KiB");
+    let c = gen(&template, 3, 33, "256KiB");
+    let d0 = gen(&template, 4, 34, "256KiB");
+    mark(&d0, &["--repaired-at", "1700000000000"]);
+    let d = template.join("nb-5-big-Data.db");
+    assert!(d.exists(), "{:?}", names(&template));
+    let mut owned: Vec<(i64, i64)> = tokens(&a).into_iter().map(just).collect();
+    for p in [&c, &d] {
+        for (i, t) in tokens(p).into_iter().enumerate() {
+            if i % 20 < 12 {
+                owned.push(just(t));
+            }
+        }
+    }
+    owned.sort();
+    std::fs::write(tpl.path().join("owned.yaml"), yaml(&owned)).unwrap();
+    let template = {
+        // `world` copies from a directory whose parent holds owned.yaml.
+        let t = tpl.path().join("table");
+        copy_table(&template, &t);
+        t
+    };
+    let original = visible(&template);
+    let parents = data_files(&template);
+    let (all, want) = sstcheck_fp(&shared, &parents, &owned);
+    assert!(all.0 > want.0);
+
+    // The reference: the same table cleaned at once by `--publish replace`.
+    let reference = world(&template);
+    cleanup_cmd(&reference.table, &reference.ranges, &[])
+        .output()
+        .unwrap();
+    let cleaned = data_files(&reference.table).len();
+    let on_restart = [
+        "--publish",
+        "on-restart",
+        "--job-uid",
+        "j",
+        "--parallelism",
+        "2",
+    ];
+
+    // Unharmed.
+    let w = world(&template);
+    let data_dir = w._d.path();
+    let out = cleanup_cmd(&w.table, &w.ranges, &on_restart)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["job_uid"], "j", "{r}");
+    let expect: BTreeMap<String, String> = [
+        ("nb-1-big-Data.db", "kept"),
+        ("nb-2-big-Data.db", "dropped"),
+        ("nb-3-big-Data.db", "split"),
+        ("nb-5-big-Data.db", "split"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(verdicts(&r), expect);
+    assert_eq!(
+        visible(&w.table),
+        original,
+        "nothing live changes before the restart"
+    );
+    for s in r["sstables"].as_array().unwrap() {
+        for k in s["children"].as_array().cloned().unwrap_or_default() {
+            assert!(
+                k["path"].as_str().unwrap().contains("/.cleave-pending/j/"),
+                "{k}"
+            );
+        }
+    }
+    let job = w.table.join(".cleave-pending/j");
+    let intent: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(job.join("intent.json")).unwrap()).unwrap();
+    assert_eq!(intent["operation"], "cleanup");
+    let recorded: Vec<(String, usize)> = intent["parents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["parent"]["data_file"].as_str().unwrap().to_string(),
+                p["children"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(recorded.len(), 3, "{recorded:?}");
+    assert_eq!(
+        recorded[0],
+        ("nb-2-big-Data.db".to_string(), 0),
+        "dropped: no children"
+    );
+    assert!(recorded[1..].iter().all(|(_, n)| *n >= 2), "{recorded:?}");
+    let a_inode = inode(&w.table.join("nb-1-big-Data.db"));
+
+    let applied = apply_pending_ok(data_dir);
+    let outcome = &applied["jobs"][0]["outcome"];
+    assert_eq!(outcome["result"]["state"], "Complete", "{applied}");
+    assert_eq!(outcome["operation"], "cleanup");
+    let live = data_files(&w.table);
+    assert_eq!(
+        live.len(),
+        cleaned,
+        "as many sstables as the Replace leaves"
+    );
+    let (fp, fp_owned) = sstcheck_fp(&shared, &live, &owned);
+    assert_eq!(
+        fp, want,
+        "live keys = the parents' keys in the owned ranges"
+    );
+    assert_eq!(fp_owned, want);
+    sstcheck_all_from_zero(
+        &shared,
+        &live
+            .iter()
+            .filter(|p| !p.ends_with("nb-1-big-Data.db"))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(inode(&w.table.join("nb-1-big-Data.db")), a_inode, "kept");
+    assert!(!w.table.join("nb-2-big-Data.db").exists(), "dropped");
+    let d_children: Vec<PathBuf> = outcome["result"]["by_parent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["parent"] == "nb-5-big-Data.db")
+        .flat_map(|p| p["children"].as_array().unwrap().clone())
+        .map(|c| PathBuf::from(c.as_str().unwrap()))
+        .collect();
+    assert!(d_children.len() >= 2);
+    for k in &d_children {
+        assert_eq!(stats(k).repaired_at, 1700000000000, "{}", k.display());
+    }
+    let snap = flat(&w.table);
+    apply_pending_ok(data_dir);
+    assert_eq!(flat(&w.table), snap, "a second apply-pending is a no-op");
+
+    // Killed at every fault point of the cleanup and of apply-pending.
+    let list = tpl.path().join("points");
+    let probe = world(&template);
+    let pend_points = fault_points(cleanup_cmd(&probe.table, &probe.ranges, &on_restart), &list);
+    let apply_points = fault_points(apply_pending(probe._d.path()), &list);
+    assert!(
+        pend_points.contains_key("pend:intent-written"),
+        "{pend_points:?}"
+    );
+    assert!(
+        apply_points.contains_key("apply:published"),
+        "{apply_points:?}"
+    );
+    let (mut parents_left, mut cleaned_up) = (0, 0);
+    for (phase, points) in [("cleanup", &pend_points), ("apply-pending", &apply_points)] {
+        for (point, n) in points {
+            let mut nths = vec![1, *n];
+            nths.dedup();
+            for nth in nths {
+                let what = format!("{phase} killed at {point}@{nth}");
+                let w = world(&template);
+                let mut pend = cleanup_cmd(&w.table, &w.ranges, &on_restart);
+                pend.stdout(Stdio::null());
+                if phase == "cleanup" {
+                    pend.env("CLEAVE_CRASH_AT", format!("{point}@{nth}"));
+                    assert!(
+                        !pend.output().unwrap().status.success(),
+                        "{what}: not killed"
+                    );
+                } else {
+                    assert!(pend.output().unwrap().status.success(), "{what}");
+                    let out = apply_pending(w._d.path())
+                        .env("CLEAVE_CRASH_AT", format!("{point}@{nth}"))
+                        .output()
+                        .unwrap();
+                    assert!(!out.status.success(), "{what}: not killed");
+                }
+                apply_pending_ok(w._d.path());
+                let now = visible(&w.table);
+                assert!(
+                    !now.iter().any(|(n, _)| n.contains("_txn_")),
+                    "{what}: a log is left"
+                );
+                let job = w.table.join(".cleave-pending/j");
+                if now == original {
+                    assert!(
+                        !job.exists() || names(&job) == ["outcome.json"],
+                        "{what}: {:?}",
+                        names(&job)
+                    );
+                    parents_left += 1;
+                } else {
+                    let live = data_files(&w.table);
+                    assert_eq!(live.len(), cleaned, "{what}: {:?}", names(&w.table));
+                    assert_eq!(sstcheck_fp(&shared, &live, &[]).0, want, "{what}");
+                    assert_eq!(names(&job), ["outcome.json"], "{what}");
+                    cleaned_up += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "cleanup on-restart campaign: {} cleanup points, {} apply points; {parents_left} kills left every parent, {cleaned_up} the cleaned table",
+        pend_points.len(),
+        apply_points.len()
+    );
+    assert!(parents_left > 0 && cleaned_up > 0);
+}

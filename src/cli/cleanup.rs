@@ -23,9 +23,18 @@ pub struct CleanupArgs {
     pub owned_ranges: PathBuf,
     /// `replace` (the default; Cassandra must be stopped): one transaction swaps the split
     /// and dropped sstables for the children. `stage`: children into `--out`, the table
-    /// untouched.
+    /// untouched. `on-restart` (Cassandra may run): the children and the sstables to drop
+    /// recorded in the table's `.cleave-pending/<job-uid>/`, published by `cleave
+    /// apply-pending` in one CLEANUP transaction before Cassandra's next start.
     #[arg(long, value_enum, default_value = "replace")]
     pub publish: PublishArg,
+    /// With `--publish on-restart`: the job's uid (letters, digits, '-', '_'); default a
+    /// fresh UUID.
+    #[arg(long)]
+    pub job_uid: Option<String>,
+    /// Split sstables written and checked at the same moment.
+    #[arg(long, default_value_t = 1)]
+    pub parallelism: usize,
     /// Where `stage` writes (on the table's filesystem, not the table directory).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -92,6 +101,12 @@ fn run_cleanup(a: &CleanupArgs) -> Result<CleanupReport, Failed> {
         out_dir: a.out.clone(),
         dry_run: a.dry_run,
         gate: None,
+        job_uid: (a.publish == PublishArg::OnRestart).then(|| {
+            a.job_uid
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string())
+        }),
+        parallelism: a.parallelism,
     };
     Ok(cleanup::cleanup(&a.table_dir, &owned, &opts)?)
 }
@@ -148,6 +163,12 @@ pub fn run(a: CleanupArgs) -> Result<ExitCode> {
     );
     for l in &r.left_behind {
         println!("  left behind: {l}");
+    }
+    if let (Some(uid), false) = (&r.job_uid, r.dry_run) {
+        println!(
+            "  recorded as job {uid} in {}: `cleave apply-pending` publishes it (one CLEANUP transaction) before Cassandra's next start",
+            r.table_dir.join(cleave::split::intent::PENDING_DIR).join(uid).display()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use kube::ResourceExt;
 
-use super::core::{lease, now, Ctx, Ended, Kind, Run, Store};
+use super::core::{lease, now, restart, Ctx, Ended, Kind, Run, Store};
 use super::crd::{
     CleanupJob, CleanupJobSpec, CleanupVerdict, JobStatus, Maintenance, Ownership, Publish,
     SSTableResult,
@@ -45,7 +45,7 @@ impl Kind for CleanupJob {
         decide::check_rate(spec.max_bytes_per_second)
             .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
         decide::check_node_label(self.labels(), &spec.node_name)?;
-        decide::check_cleanup_publish(spec.publish)?;
+        decide::check_parallelism(spec.parallelism)?;
         match (spec.ownership, spec.owned_ranges.is_empty()) {
             (Ownership::Ranges, true) => Err(Failure::new(
                 Reason::InvalidSpec,
@@ -113,16 +113,30 @@ impl Kind for CleanupJob {
             Ok(e) => e,
             Err(f) => Ended::Failed(f),
         };
+        // Only a table with something to drop has an intent: a job whose every sstable is
+        // kept has nothing to wait for.
+        if ended == Ended::Complete
+            && self.spec.publish == Publish::OnRestart
+            && latest
+                .results
+                .iter()
+                .any(|r| r.verdict != Some(CleanupVerdict::Kept))
+        {
+            ended = Ended::Staged(restart::how_to_restart(&self.spec.node_name));
+        }
         if windowed {
             ended = window::end(&*self, &ctx, &mut lease, &mut latest, ended).await;
         }
         lease::finish(&mut lease, &run.key, started, &latest, ended).await;
     }
 
-    /// Removes this job's staging directories (Stage): children already published stay.
+    /// Removes this job's staging directories (Stage) and the intents of an `OnRestart` not
+    /// yet applied (so the next restart does not publish a deleted job): children already
+    /// published stay.
     async fn cleanup<S: Store>(self: Arc<Self>, ctx: Arc<Ctx<S>>, _stopped: bool) -> String {
         let d = data_dir(&self.spec, &ctx.data_dir);
         let (name, spec) = (self.name_any(), self.spec.clone());
+        let uid = restart::job_uid(&*self);
         let r = tokio::task::spawn_blocking(move || {
             let dirs = job::table_dirs_of(&d, &spec.keyspace, &spec.tables).unwrap_or_default();
             job::recover_leftovers(&dirs, &name)?;
@@ -133,7 +147,7 @@ impl Kind for CleanupJob {
                         .map_err(|e| Failure::io(staged.display(), &e))?;
                 }
             }
-            Ok::<_, Failure>(())
+            job::withdraw_intents(&dirs, &uid)
         })
         .await;
         match r {
@@ -263,6 +277,7 @@ impl CleanupJob {
         let d = data_dir(&spec, &ctx.data_dir);
         let dirs = job::table_dirs_of(&d, &spec.keyspace, &spec.tables)?;
         let name = self.name_any();
+        let uid = restart::job_uid(self);
         let throttle = spec
             .max_bytes_per_second
             .map(|r| Arc::new(crate::io::throttle::TokenBucket::new(r)));
@@ -282,7 +297,7 @@ impl CleanupJob {
                     break;
                 }
                 let out_dir = match spec.publish {
-                    // Refused by validate; the engine refuses it again.
+                    // The table directory: the engine's default for both.
                     Publish::Replace | Publish::OnRestart => None,
                     Publish::Stage => {
                         let o = t.join(STAGED_DIR).join(&name);
@@ -305,6 +320,8 @@ impl CleanupJob {
                     out_dir: out_dir.clone(),
                     dry_run: spec.dry_run,
                     gate: gate.clone(),
+                    job_uid: Some(uid.clone()),
+                    parallelism: spec.parallelism.unwrap_or(1) as usize,
                 };
                 if spec.publish == Publish::Replace && !spec.dry_run {
                     job::check_replace(std::slice::from_ref(t))?;

@@ -218,7 +218,9 @@ pub struct CleanupJobSpec {
     /// `Stage` (default): children of the split sstables in `<table>/cleave-staged/<job>/`,
     /// nothing dropped, for `nodetool import --keep-repaired`. `Replace`: one crash-atomic
     /// transaction per table (Cassandra stopped, or stopped by the window of `maintenance:
-    /// ManagementApi`).
+    /// ManagementApi`). `OnRestart`: children and the sstables to drop recorded in the
+    /// table's `.cleave-pending/<job uid>/`, published by the `cleave apply-pending` init
+    /// container before Cassandra's next start (phase `AwaitingRestart` until then).
     #[serde(default)]
     pub publish: Publish,
     /// With `publish: Replace`: `ManagementApi` stops and starts Cassandra around the
@@ -234,6 +236,11 @@ pub struct CleanupJobSpec {
     /// Plan only: status gets the per-sstable verdicts and phase `Planned`.
     #[serde(default)]
     pub dry_run: bool,
+    /// SSTables of a table split at once (at least 1; default 1). Each table is still
+    /// published in one transaction, and every split shares `maxBytesPerSecond`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub parallelism: Option<u32>,
     /// Throttle for copied and re-encoded bytes (bytes/s, at least 1). Unset: unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]

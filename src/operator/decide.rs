@@ -90,12 +90,7 @@ pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), Failure> {
         (None, Some(u)) if uuid::Uuid::parse_str(u).is_err() => return bad(Reason::InvalidRepairMetadata, format!("spec.pendingRepair {u:?} is not a UUID")),
         _ => {}
     }
-    if spec.parallelism == Some(0) {
-        return bad(
-            Reason::InvalidSpec,
-            "spec.parallelism must be at least 1".to_string(),
-        );
-    }
+    check_parallelism(spec.parallelism)?;
     if let Some(t) = spec.ttl_seconds_after_finished {
         if t < 0 {
             return bad(
@@ -107,14 +102,13 @@ pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), Failure> {
     Ok(())
 }
 
-/// A CleanupJob's `publish: OnRestart` waits for the engine's cleanup intents (an intent
-/// today records children per parent, not the sstables a cleanup drops): refused before
-/// anything is written.
-pub fn check_cleanup_publish(p: crate::split::publish::Publish) -> Result<(), Failure> {
-    if p == crate::split::publish::Publish::OnRestart {
+/// `spec.parallelism`: unset, or at least 1 (the CRD's schema says so to an apiserver; a
+/// local manifest is checked here).
+pub fn check_parallelism(p: Option<u32>) -> Result<(), Failure> {
+    if p == Some(0) {
         return Err(Failure::new(
             Reason::InvalidSpec,
-            "CleanupJob spec.publish: OnRestart is not supported yet: use Stage or Replace (docs/cleanup.md)",
+            "spec.parallelism must be at least 1",
         ));
     }
     Ok(())

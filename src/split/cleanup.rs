@@ -32,9 +32,10 @@ use super::publish::{self, Publish, TxnOperation};
 use super::report::ChildReport;
 use super::spec::{Cut, OwnedRanges};
 use super::staged::{self, Checked, Staged};
-use super::Target;
+use super::{intent, Target};
 use crate::reason::Reason;
 use crate::sstable::{Component, Descriptor, Partitioner, Token, TokenRange};
+use std::sync::atomic::Ordering;
 
 /// What cleanup does with one sstable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -89,6 +90,12 @@ pub struct CleanupOptions {
     /// Asked once the children are staged and checked, just before publishing: an `Err`
     /// removes them and publishes nothing (the operator re-reads the ring here).
     pub gate: Option<Gate>,
+    /// `OnRestart`: the job whose intent records the table's cleanup
+    /// (`.cleave-pending/<job uid>/`, `split::intent`); required then.
+    pub job_uid: Option<String>,
+    /// Split sstables written and checked at the same moment (0 and 1: one at a time). They
+    /// share the policy's throttle; publication stays one transaction for the table.
+    pub parallelism: usize,
 }
 
 /// The last word before publication (see [`CleanupOptions::gate`]).
@@ -139,6 +146,10 @@ pub struct CleanupReport {
     pub publish: Publish,
     /// Where the children went (the table directory for `replace`).
     pub out_dir: PathBuf,
+    /// `on-restart`: the job whose intent records the cleanup; `cleave apply-pending`
+    /// publishes it before Cassandra's next start (the children's paths are pending ones).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_uid: Option<String>,
     pub target_cassandra: String,
     /// The owned ranges, `(start, end]`.
     pub owned_ranges: Vec<super::ranges::RangeSpec>,
@@ -357,12 +368,24 @@ pub fn cleanup(
             }
             table_dir.to_path_buf()
         }
-        (Publish::OnRestart, _) => {
+        (Publish::OnRestart, _) if opts.job_uid.is_none() => {
             return Err(invalid(
-                "cleanup --publish on-restart is not supported: use --publish stage or replace"
+                "--publish on-restart needs the job uid its intent is recorded under (--job-uid)"
                     .into(),
             )
             .into())
+        }
+        // The children are pended in the table's own pending directory (`split::intent`).
+        (Publish::OnRestart, None) => table_dir.to_path_buf(),
+        (Publish::OnRestart, Some(o)) => {
+            let o_canon = canon(o)?;
+            if o_canon != table_canon {
+                return Err(SplitError::Publish(PublishError::NotTableDir {
+                    table_dir: table_canon,
+                    out: o_canon,
+                }));
+            }
+            table_dir.to_path_buf()
         }
         (Publish::Stage, None) => {
             return Err(invalid(
@@ -504,6 +527,10 @@ pub fn cleanup(
         dry_run: opts.dry_run,
         publish: opts.publish,
         out_dir: out_dir.clone(),
+        job_uid: opts
+            .job_uid
+            .clone()
+            .filter(|_| opts.publish == Publish::OnRestart),
         target_cassandra: opts.policy.target.to_string(),
         owned_ranges: owned
             .ranges
@@ -535,19 +562,7 @@ pub fn cleanup(
 
     // Every split sstable written into its own staging directory and checked: its
     // children's keys are exactly its keys in the owned ranges (`write`'s `owned_fp`).
-    let mut staged: Vec<Staged<Checked>> = Vec::new();
-    for p in planned.iter().filter(|p| p.verdict == Verdict::Split) {
-        staged.push(p.plan.write_with(&out_dir, &durability)?.check()?);
-    }
-    let children: Vec<(PathBuf, Descriptor)> = staged
-        .iter()
-        .flat_map(|s| s.descs.iter().map(|d| (s.staging.clone(), d.clone())))
-        .collect();
-    let removed: Vec<Descriptor> = planned
-        .iter()
-        .filter(|p| p.verdict != Verdict::Kept)
-        .map(|p| p.parent.table().descriptor.clone())
-        .collect();
+    let staged = write_all(&planned, &out_dir, &durability, opts.parallelism)?;
     if let Some(gate) = &opts.gate {
         // `staged` dropped on return removes every staging directory.
         gate.0().map_err(|failure| CleanupError::Gate {
@@ -555,44 +570,27 @@ pub fn cleanup(
             failure,
         })?;
     }
-    let published = match opts.publish {
-        Publish::Replace if removed.is_empty() => publish::Published::default(),
-        Publish::Replace => match planned.first() {
-            Some(p) => publish::replace_all(
-                table_dir,
-                &children,
-                &removed,
-                TxnOperation::Cleanup,
-                &staged::replace_guard(&p.parent, table_dir)?,
-            )?,
-            None => publish::Published::default(),
-        },
-        Publish::Stage if children.is_empty() => publish::Published::default(),
-        Publish::Stage => publish::stage_all(&out_dir, &children)?,
-        // Refused with the out directory above.
-        Publish::OnRestart => publish::Published::default(),
+    let (children_of, left_behind) = match (opts.publish, &opts.job_uid) {
+        (Publish::OnRestart, Some(uid)) => (
+            pend_all(table_dir, uid, &planned, staged, &lock)?,
+            Vec::new(),
+        ),
+        _ => publish_now(table_dir, &out_dir, opts.publish, &planned, staged)?,
     };
     drop(lock);
-    let mut finals = published.data_paths.into_iter();
-    let mut staged = staged.into_iter();
+    let mut children_of = children_of.into_iter();
     for mut p in planned {
         if p.verdict == Verdict::Split {
-            if let Some(mut s) = staged.next() {
-                s.guard.disarm();
-                for mut c in std::mem::take(&mut s.reports) {
-                    if let Some(f) = finals.next() {
-                        c.path = f;
-                    }
-                    p.result.bytes_shared += c.bytes_shared;
-                    p.result.bytes_copied += c.bytes_copied;
-                    p.result.bytes_reencoded += c.bytes_reencoded;
-                    p.result.children.push(c);
-                }
+            for c in children_of.next().unwrap_or_default() {
+                p.result.bytes_shared += c.bytes_shared;
+                p.result.bytes_copied += c.bytes_copied;
+                p.result.bytes_reencoded += c.bytes_reencoded;
+                p.result.children.push(c);
             }
         }
         report.sstables.push(p.result);
     }
-    report.left_behind = published.left_behind;
+    report.left_behind = left_behind;
     if opts.publish == Publish::Replace {
         let removed_bytes: u64 = report
             .sstables
@@ -610,6 +608,176 @@ pub fn cleanup(
         report.bytes_reclaimed = removed_bytes.saturating_sub(children_bytes);
     }
     Ok(finish(report, started, io_before))
+}
+
+/// Writes and checks every split sstable, up to `parallelism` at once, each into its own
+/// staging directory, in the order of `planned`. The first failure stops the others from
+/// starting a new one; every staged result is dropped (its staging removed) on failure.
+fn write_all(
+    planned: &[Planned],
+    out_dir: &Path,
+    durability: &publish::Durability,
+    parallelism: usize,
+) -> Result<Vec<Staged<Checked>>, SplitError> {
+    let todo: Vec<&Planned> = planned
+        .iter()
+        .filter(|p| p.verdict == Verdict::Split)
+        .collect();
+    let one = |p: &Planned| -> Result<Staged<Checked>, SplitError> {
+        Ok(p.plan.write_with(out_dir, durability)?.check()?)
+    };
+    let workers = parallelism.clamp(1, todo.len().max(1));
+    if workers == 1 {
+        return todo.into_iter().map(one).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut slots: Vec<Option<Result<Staged<Checked>, SplitError>>> =
+        todo.iter().map(|_| None).collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(p) = todo.get(i) else { break };
+                        let r = one(p);
+                        let failed = r.is_err();
+                        mine.push((i, r));
+                        if failed {
+                            next.store(todo.len(), Ordering::Relaxed);
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        for h in handles {
+            if let Ok(done) = h.join() {
+                for (i, r) in done {
+                    if let Some(slot) = slots.get_mut(i) {
+                        *slot = Some(r);
+                    }
+                }
+            }
+        }
+    });
+    let mut staged = Vec::with_capacity(slots.len());
+    let mut skipped = false;
+    for slot in slots {
+        match slot {
+            Some(Ok(s)) => staged.push(s),
+            Some(Err(e)) => return Err(e),
+            None => skipped = true,
+        }
+    }
+    if skipped {
+        return Err(CleanupError::Io {
+            path: out_dir.to_path_buf(),
+            source: std::io::Error::other(
+                "a cleanup writer thread panicked; nothing was published",
+            ),
+        }
+        .into());
+    }
+    Ok(staged)
+}
+
+/// `Replace` (one transaction for the table) or `Stage`: the children's reports, one list
+/// per split sstable in the order of `planned`, with their published paths.
+fn publish_now(
+    table_dir: &Path,
+    out_dir: &Path,
+    mode: Publish,
+    planned: &[Planned],
+    staged: Vec<Staged<Checked>>,
+) -> Result<(Vec<Vec<ChildReport>>, Vec<String>), SplitError> {
+    let children: Vec<(PathBuf, Descriptor)> = staged
+        .iter()
+        .flat_map(|s| s.descs.iter().map(|d| (s.staging.clone(), d.clone())))
+        .collect();
+    let removed: Vec<Descriptor> = planned
+        .iter()
+        .filter(|p| p.verdict != Verdict::Kept)
+        .map(|p| p.parent.table().descriptor.clone())
+        .collect();
+    let published = match mode {
+        Publish::Replace if removed.is_empty() => publish::Published::default(),
+        Publish::Replace => match planned.first() {
+            Some(p) => publish::replace_all(
+                table_dir,
+                &children,
+                &removed,
+                TxnOperation::Cleanup,
+                &staged::replace_guard(&p.parent, table_dir)?,
+            )?,
+            None => publish::Published::default(),
+        },
+        Publish::Stage if children.is_empty() => publish::Published::default(),
+        Publish::Stage => publish::stage_all(out_dir, &children)?,
+        Publish::OnRestart => publish::Published::default(),
+    };
+    let mut finals = published.data_paths.into_iter();
+    let mut reports = Vec::with_capacity(staged.len());
+    for mut s in staged {
+        s.guard.disarm();
+        let mut mine = std::mem::take(&mut s.reports);
+        for c in &mut mine {
+            if let Some(f) = finals.next() {
+                c.path = f;
+            }
+        }
+        reports.push(mine);
+    }
+    Ok((reports, published.left_behind))
+}
+
+/// `OnRestart`: each split sstable's checked children moved into the job's pending
+/// directory, then every split and dropped sstable recorded in the job's intent for this
+/// table in one write (`split::intent`); apply-pending publishes them in one `CLEANUP`
+/// transaction before the next start. A kill before that write leaves children no intent
+/// names, which the next apply-pending removes: the table is cleaned up whole or not at
+/// all. A failure withdraws the job from this table (we hold its lock).
+fn pend_all(
+    table_dir: &Path,
+    job_uid: &str,
+    planned: &[Planned],
+    staged: Vec<Staged<Checked>>,
+    lock: &super::SplitLock,
+) -> Result<Vec<Vec<ChildReport>>, SplitError> {
+    let mut staged = staged.into_iter();
+    let mut reports = Vec::new();
+    let mut pend = || -> Result<(), SplitError> {
+        let mut parents = Vec::new();
+        for p in planned {
+            match p.verdict {
+                Verdict::Kept => {}
+                Verdict::Dropped => parents.push(intent::dropped(p.parent.data_path())?),
+                Verdict::Split => {
+                    if let Some(s) = staged.next() {
+                        let (parent, r) = s.pend_unrecorded(job_uid)?;
+                        parents.push(parent);
+                        reports.push(r.split.children);
+                    }
+                }
+            }
+        }
+        if !parents.is_empty() {
+            let table = std::fs::canonicalize(table_dir).map_err(|source| CleanupError::Io {
+                path: table_dir.to_path_buf(),
+                source,
+            })?;
+            intent::record(&table, job_uid, TxnOperation::Cleanup.file_name(), parents)?;
+        }
+        Ok(())
+    };
+    if let Err(e) = pend() {
+        if let Err(w) = intent::withdraw_locked(table_dir, job_uid, lock) {
+            tracing::warn!(error = %w, "the half-pended cleanup of this table was not withdrawn");
+        }
+        return Err(e);
+    }
+    Ok(reports)
 }
 
 fn finish(

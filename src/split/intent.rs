@@ -84,7 +84,8 @@ pub struct PendingChild {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingParent {
     pub parent: ParentIdentity,
-    /// The directory of its children, inside the job's pending directory.
+    /// The directory of its children, inside the job's pending directory; empty for a
+    /// parent that is removed with no children (a cleanup's wholly unowned sstable).
     pub children_dir: String,
     pub children: Vec<PendingChild>,
 }
@@ -167,6 +168,8 @@ impl Outcome {
 pub struct PendReport {
     pub job_uid: String,
     pub intent: PathBuf,
+    /// The parent's table directory, canonical.
+    pub table_dir: PathBuf,
     pub children_dir: PathBuf,
     /// The split's report; its children's paths are in `children_dir`.
     pub split: SplitReport,
@@ -308,18 +311,19 @@ fn check_version(path: &Path, what: &str, version: u32) -> Result<(), PublishErr
 /// one table at once under one shared table lock).
 static INTENT_UPDATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Records `parent` (staged children in `children_dir`, inside the job's pending
-/// directory) in the job's intent, creating it or replacing an earlier entry of the same
-/// parent. Durable when it returns.
-pub fn write_intent(
+/// Records `parents` (each with its staged children in `children_dir`, inside the job's
+/// pending directory) in the job's intent in `table_dir` (canonical), creating it or
+/// replacing earlier entries of the same parents, in one durable write: apply-pending
+/// publishes every parent of one write or, if it never landed, none.
+pub fn record(
     table_dir: &Path,
     job_uid: &str,
     operation: &str,
-    parent: PendingParent,
+    parents: Vec<PendingParent>,
 ) -> Result<PathBuf, PublishError> {
     check_job_uid(job_uid)?;
     let _one = INTENT_UPDATE.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = job_dir(table_dir, job_uid);
+    let dir = open_job_dir(table_dir, job_uid)?;
     let path = dir.join(INTENT_FILE);
     let mut intent = if path.exists() {
         read_intent(&path)?
@@ -333,12 +337,43 @@ pub fn write_intent(
             parents: Vec::new(),
         }
     };
-    intent
-        .parents
-        .retain(|p| p.parent.data_file != parent.parent.data_file);
-    intent.parents.push(parent);
+    intent.parents.retain(|p| {
+        !parents
+            .iter()
+            .any(|n| n.parent.data_file == p.parent.data_file)
+    });
+    intent.parents.extend(parents);
     write_json(&path, &intent, "intent")?;
+    point("pend:intent-written");
     Ok(path)
+}
+
+/// The job's pending directory in `table` (canonical), created durably. Refused once the
+/// job has an outcome there: apply-pending ended it, and a new round needs a new uid.
+fn open_job_dir(table: &Path, job_uid: &str) -> Result<PathBuf, PublishError> {
+    let job = job_dir(table, job_uid);
+    if job.join(OUTCOME_FILE).exists() {
+        return Err(pending(
+            &job.join(OUTCOME_FILE),
+            "this job already has an outcome: a new round needs a new job uid",
+        ));
+    }
+    fs::create_dir_all(&job).map_err(io(&job))?;
+    sync_dir(&table.join(PENDING_DIR)).map_err(io(&job))?;
+    sync_dir(table).map_err(io(table))?;
+    Ok(job)
+}
+
+/// `OnRestart` cleanup of an sstable that holds no owned key: an intent entry with no
+/// children, so apply-pending removes it in the table's one transaction (a REMOVE without
+/// an ADD, as Cassandra's own cleanup drops a wholly unowned sstable: `CompactionManager.
+/// performCleanup`), and only if it is still the sstable recorded here.
+pub fn dropped(data_path: &Path) -> Result<PendingParent, PublishError> {
+    Ok(PendingParent {
+        parent: parent_identity(data_path)?,
+        children_dir: String::new(),
+        children: Vec::new(),
+    })
 }
 
 impl Staged<Checked> {
@@ -346,7 +381,21 @@ impl Staged<Checked> {
     /// directory of the parent's table and the intent records them; the parent stays live.
     /// Needs `--out` to be the parent's table directory (the children must be on its
     /// filesystem and apply-pending finds them there).
-    pub fn pend(mut self, job_uid: &str) -> Result<PendReport, PublishError> {
+    pub fn pend(self, job_uid: &str) -> Result<PendReport, PublishError> {
+        let operation = self.operation;
+        let (parent, mut report) = self.pend_unrecorded(job_uid)?;
+        report.intent = record(&report.table_dir, job_uid, operation, vec![parent])?;
+        Ok(report)
+    }
+
+    /// [`Self::pend`] without the intent: the children moved into the job's pending
+    /// directory and the entry that records them, for the caller to [`record`] with others
+    /// (a cleanup records a table's parents in one write). Children no intent names are
+    /// removed by the next apply-pending (`JobAction::RemovedIncomplete`) or `withdraw`.
+    pub fn pend_unrecorded(
+        mut self,
+        job_uid: &str,
+    ) -> Result<(PendingParent, PendReport), PublishError> {
         check_job_uid(job_uid)?;
         let table = fs::canonicalize(self.parent.dir()).map_err(io(self.parent.dir()))?;
         let out = fs::canonicalize(&self.out_dir).map_err(io(&self.out_dir))?;
@@ -356,16 +405,7 @@ impl Staged<Checked> {
                 out,
             });
         }
-        let job = job_dir(&table, job_uid);
-        if job.join(OUTCOME_FILE).exists() {
-            return Err(pending(
-                &job.join(OUTCOME_FILE),
-                "this job already has an outcome: a new round needs a new job uid",
-            ));
-        }
-        fs::create_dir_all(&job).map_err(io(&job))?;
-        sync_dir(&table.join(PENDING_DIR)).map_err(io(&job))?;
-        sync_dir(&table).map_err(io(&table))?;
+        let job = open_job_dir(&table, job_uid)?;
         let pd = &self.parent.table().descriptor;
         let children_dir_name = format!("children-{}-{}", pd.version, pd.id);
         let children_dir = job.join(&children_dir_name);
@@ -406,8 +446,6 @@ impl Staged<Checked> {
             children_dir: children_dir_name,
             children,
         };
-        let intent = write_intent(&table, job_uid, self.operation, parent)?;
-        point("pend:intent-written");
         let mut split = staged::report(
             &self.parent,
             &self.plan,
@@ -434,12 +472,16 @@ impl Staged<Checked> {
         split.plan_seconds = self.plan_time.as_secs_f64();
         split.plan_source = Some(self.plan_source);
         split.write_seconds = self.write_time.as_secs_f64();
-        Ok(PendReport {
-            job_uid: job_uid.to_string(),
-            intent,
-            children_dir,
-            split,
-        })
+        Ok((
+            parent,
+            PendReport {
+                job_uid: job_uid.to_string(),
+                intent: job.join(INTENT_FILE),
+                table_dir: table,
+                children_dir,
+                split,
+            },
+        ))
     }
 }
 
@@ -549,6 +591,25 @@ pub fn withdraw(table_dir: &Path, job_uid: &str) -> Result<bool, PublishError> {
         return Ok(false);
     }
     let _lock = publish::lock_for_split(table_dir, table_dir)?;
+    withdraw_job(table_dir, &j)
+}
+
+/// [`withdraw`] by a cleave that holds the table's lock already (`lock`): a cleanup
+/// undoing its own half-pended table.
+pub fn withdraw_locked(
+    table_dir: &Path,
+    job_uid: &str,
+    _lock: &super::SplitLock,
+) -> Result<bool, PublishError> {
+    check_job_uid(job_uid)?;
+    let j = job_dir(table_dir, job_uid);
+    if !j.is_dir() {
+        return Ok(false);
+    }
+    withdraw_job(table_dir, &j)
+}
+
+fn withdraw_job(table_dir: &Path, j: &Path) -> Result<bool, PublishError> {
     if j.join(APPLYING_FILE).exists() && !j.join(OUTCOME_FILE).exists() {
         return Err(pending(
             &j,
@@ -557,8 +618,8 @@ pub fn withdraw(table_dir: &Path, job_uid: &str) -> Result<bool, PublishError> {
     }
     // The children first (durably), then the intent with the directory: a crash in between
     // leaves an intent whose children are gone, which apply-pending drops (CheckFailed).
-    clean_job(&j)?;
-    remove_job_dir(table_dir, &j)?;
+    clean_job(j)?;
+    remove_job_dir(table_dir, j)?;
     Ok(true)
 }
 
