@@ -334,3 +334,155 @@ fn on_the_real_apiserver_explicit_ranges_and_the_ring_agree_and_a_joining_peer_c
     api.calls();
     assert_eq!(snapshot(&table_c), snap, "the table changed");
 }
+
+/// The cass-operator flow of docs/operator.md: `ownership: ManagementApi`, `publish:
+/// OnRestart` beside a running Cassandra (the stand-in's process holds a file of the
+/// table). The job records the cleanup and waits in `AwaitingRestart` with nothing live
+/// changed; `apply-pending` refuses while Cassandra runs; once it is stopped the init
+/// container's `apply-pending` publishes, and the sidecar that kept running (the DaemonSet
+/// case) settles the job `Complete` with the live children in its results: the live keys
+/// are the parents' owned keys.
+#[test]
+fn on_the_real_apiserver_an_on_restart_cleanup_waits_for_the_restart_then_completes() {
+    let Some(shared) = corpus_or_skip("on-restart cleanup job on the apiserver") else {
+        return;
+    };
+    if !control_plane_or_skip("on-restart cleanup job on the apiserver") {
+        return;
+    }
+    let cluster = Cluster::start();
+    cluster.apply_crds();
+    let d = tempfile::tempdir().unwrap();
+    let (data, table) = setup(d.path(), "a");
+    let want = fingerprint(&shared, &data_files(&table), &mine());
+    let ring = d.path().join("ring.json");
+    std::fs::write(&ring, ring_json(false)).unwrap();
+    let api = StandIn::start(d.path(), &table, &["--ring", ring.to_str().unwrap()]);
+    assert!(api.cassandra_runs());
+    let visible = |t: &Path| -> Vec<(PathBuf, Vec<u8>)> {
+        snapshot(t)
+            .into_iter()
+            .filter(|(p, _)| !p.to_string_lossy().contains(".cleave-pending"))
+            .collect()
+    };
+    let before = visible(&table);
+    let url = api.url();
+    let sidecar = Sidecar::start_with(&cluster, &data, &[], &["--management-api", &url]);
+    cluster.apply(
+        &kube_job(
+            "on-restart",
+            &data,
+            "  ownership: ManagementApi\n  parallelism: 2\n",
+        )
+        .replace("publish: Replace", "publish: OnRestart"),
+    );
+    let s = cluster.wait("AwaitingRestart", Duration::from_secs(120), || {
+        let o = cluster.get("cleanupjob", "on-restart")?;
+        let p = o["status"]["phase"].as_str()?;
+        assert_ne!(p, "Failed", "{:#?}\n{}", o["status"], sidecar.log());
+        (p == "AwaitingRestart").then(|| o["status"].clone())
+    });
+    let waiting = s["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "AwaitingRestart")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(waiting["status"], "True", "{s:#?}");
+    let results = s["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{s:#?}");
+    for r in results {
+        assert_eq!(r["verdict"], "Split", "{r}");
+        let kids = r["children"].as_array().unwrap();
+        assert!(kids.len() >= 2, "{r}");
+        assert!(
+            kids.iter()
+                .all(|k| k.as_str().unwrap().contains("/.cleave-pending/")),
+            "{r}"
+        );
+    }
+    assert_eq!(
+        visible(&table),
+        before,
+        "nothing live changes before the restart"
+    );
+    let calls = api.calls();
+    assert!(
+        calls
+            .iter()
+            .filter(|c| c["path"] == "/api/v2/tokens/rangetoendpoint")
+            .count()
+            >= 2,
+        "the ring is read before the cleanup and again before recording it: {calls:#?}"
+    );
+    // The init container's run while Cassandra still runs: refused, nothing changes.
+    let out = Command::new(cleave_bin())
+        .args(["apply-pending", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("CassandraRunning"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(visible(&table), before);
+
+    // The restart: Cassandra stops, apply-pending publishes, Cassandra would start.
+    drop(api);
+    let out = Command::new(cleave_bin())
+        .args(["apply-pending", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = cluster.wait("Complete", Duration::from_secs(60), || {
+        let o = cluster.get("cleanupjob", "on-restart")?;
+        (o["status"]["phase"] == "Complete").then(|| o["status"].clone())
+    });
+    let live = data_files(&table);
+    assert!(
+        !live
+            .iter()
+            .any(|p| p.ends_with("nb-1-big-Data.db") || p.ends_with("nb-2-big-Data.db")),
+        "a parent is still live"
+    );
+    assert_eq!(
+        fingerprint(&shared, &live, &[]),
+        want,
+        "live keys = owned keys"
+    );
+    let mut listed: Vec<PathBuf> = s["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["children"].as_array().unwrap().clone())
+        .map(|k| PathBuf::from(k.as_str().unwrap()))
+        .collect();
+    listed.sort();
+    let mut live_names: Vec<_> = live
+        .iter()
+        .map(|p| p.file_name().unwrap().to_owned())
+        .collect();
+    live_names.sort();
+    let mut listed_names: Vec<_> = listed
+        .iter()
+        .map(|p| p.file_name().unwrap().to_owned())
+        .collect();
+    listed_names.sort();
+    assert_eq!(
+        listed_names, live_names,
+        "the results name the live children"
+    );
+    assert!(
+        !table.join(".cleave-pending").exists(),
+        "the outcome was acknowledged: {:?}",
+        names(&table)
+    );
+}
