@@ -35,8 +35,8 @@ enum Command {
     Cleanup(cli::cleanup::CleanupArgs),
     /// Finish or roll back an interrupted `split --publish replace` in a table directory.
     Recover(cli::split::RecoverArgs),
-    /// Publish the `split --publish on-restart` intents under a data directory before
-    /// Cassandra starts (an init container; docs/split.md "Publish on restart").
+    /// Publish the `split`/`cleanup --publish on-restart` intents under a data directory
+    /// before Cassandra starts (an init container; docs/split.md "Publish on restart").
     ApplyPending(cli::split::ApplyPendingArgs),
     /// Re-encode an sstable whose first partition is not at position 0 (a dead prefix)
     /// so Cassandra 5.0.5+ compacts it correctly; crash-atomic with `--publish replace`.

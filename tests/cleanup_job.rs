@@ -486,3 +486,67 @@ fn on_the_real_apiserver_an_on_restart_cleanup_waits_for_the_restart_then_comple
         names(&table)
     );
 }
+
+/// An `OnRestart` job that fails at its second table (a secondary index: `SecondaryIndexPresent`)
+/// publishes nothing at the next restart: the first table's recorded cleanup is withdrawn.
+#[test]
+fn a_failed_on_restart_job_withdraws_what_it_recorded() {
+    let Some(_shared) = corpus_or_skip("failed on-restart cleanup job") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let first = data.join("ks").join("a-0123456789abcdef0123456789abcdef");
+    let second = data.join("ks").join("b-0123456789abcdef0123456789abcdef");
+    gen_table(&first, &[(1, "2MiB")]);
+    gen_table(&second, &[(1, "2MiB")]);
+    std::fs::create_dir(second.join(".b_idx")).unwrap();
+    let before = (snapshot(&first), snapshot(&second));
+    let m = d.path().join("manifests");
+    std::fs::create_dir(&m).unwrap();
+    let ranges: String = mine()
+        .iter()
+        .map(|(l, r)| format!("    - {{start: \"{l}\", end: \"{r}\"}}\n"))
+        .collect();
+    job(&m, "two", &data, &format!("  ownedRanges:\n{ranges}"));
+    let text = std::fs::read_to_string(m.join("two.yaml")).unwrap();
+    std::fs::write(
+        m.join("two.yaml"),
+        text.replace("publish: Replace", "publish: OnRestart"),
+    )
+    .unwrap();
+    let out = Command::new(cleave_bin())
+        .args([
+            "run",
+            "--node",
+            "n1",
+            "--once",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--local")
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(&m, "two");
+    assert_eq!(s["phase"], "Failed", "{s:#?}");
+    assert_eq!(s["reason"], "SecondaryIndexPresent", "{s:#?}");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing of this job will be published"),
+        "{s:#?}"
+    );
+    assert!(
+        !first.join(".cleave-pending").exists(),
+        "the first table's intent is withdrawn: {:?}",
+        names(&first)
+    );
+    assert_eq!((snapshot(&first), snapshot(&second)), before);
+}

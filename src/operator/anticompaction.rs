@@ -65,6 +65,10 @@ impl Kind for AnticompactionJob {
         let (mut ended, mut last, hit) = self
             .split(&ctx, &mut run, &mut lease, latest, &data_dir, deadline)
             .await;
+        if self.spec.publish == Publish::OnRestart {
+            let dirs = job::table_dirs(&data_dir, &self.spec).unwrap_or_default();
+            ended = job::withdraw_after_failure(dirs, restart::job_uid(&*self), ended).await;
+        }
         if ended == Ended::Complete && self.spec.publish == Publish::OnRestart {
             ended = Ended::Staged(restart::how_to_restart(&self.spec.node_name));
         }

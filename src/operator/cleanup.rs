@@ -113,6 +113,12 @@ impl Kind for CleanupJob {
             Ok(e) => e,
             Err(f) => Ended::Failed(f),
         };
+        if self.spec.publish == Publish::OnRestart {
+            let d = data_dir(&self.spec, &ctx.data_dir);
+            let dirs =
+                job::table_dirs_of(&d, &self.spec.keyspace, &self.spec.tables).unwrap_or_default();
+            ended = job::withdraw_after_failure(dirs, restart::job_uid(&*self), ended).await;
+        }
         // Only a table with something to drop has an intent: a job whose every sstable is
         // kept has nothing to wait for.
         if ended == Ended::Complete

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::core::Ended;
 use super::crd::{AnticompactionJobSpec, JobStatus, SSTableResult};
 use super::decide;
 use crate::io::throttle::TokenBucket;
@@ -177,6 +178,29 @@ pub fn withdraw_intents(dirs: &[PathBuf], job_uid: &str) -> Result<(), Failure> 
         }
     }
     Ok(())
+}
+
+/// `OnRestart`: a job that failed publishes nothing at the next restart. The intents it
+/// recorded before the failure (other parents, other tables) are withdrawn, so that a
+/// `Failed` job never turns into half a result when the node restarts; its message says
+/// so, or why they could not be.
+pub async fn withdraw_after_failure(dirs: Vec<PathBuf>, job_uid: String, ended: Ended) -> Ended {
+    let Ended::Failed(mut f) = ended else {
+        return ended;
+    };
+    let r = tokio::task::spawn_blocking(move || withdraw_intents(&dirs, &job_uid)).await;
+    match r {
+        Ok(Ok(())) => f
+            .message
+            .push_str("; nothing of this job will be published at the restart"),
+        Ok(Err(e)) => f.message.push_str(&format!(
+            "; what it recorded for the restart could not be withdrawn ({e}): delete the job to withdraw it"
+        )),
+        Err(e) => f.message.push_str(&format!(
+            "; what it recorded for the restart could not be withdrawn (its task failed: {e}): delete the job to withdraw it"
+        )),
+    }
+    Ended::Failed(f)
 }
 
 /// `Stage`: removes the children in the job's staging directories that no result in

@@ -356,28 +356,21 @@ pub fn cleanup(
         })
     };
     let table_canon = canon(table_dir)?;
+    if opts.publish == Publish::OnRestart && opts.job_uid.is_none() {
+        return Err(invalid(
+            "--publish on-restart needs the job uid its intent is recorded under (--job-uid)"
+                .into(),
+        )
+        .into());
+    }
+    if let Some(uid) = &opts.job_uid {
+        intent::check_job_uid(uid)?;
+    }
     let out_dir = match (opts.publish, &opts.out_dir) {
-        (Publish::Replace, None) => table_dir.to_path_buf(),
-        (Publish::Replace, Some(o)) => {
-            let o_canon = canon(o)?;
-            if o_canon != table_canon {
-                return Err(SplitError::Publish(PublishError::NotTableDir {
-                    table_dir: table_canon,
-                    out: o_canon,
-                }));
-            }
-            table_dir.to_path_buf()
-        }
-        (Publish::OnRestart, _) if opts.job_uid.is_none() => {
-            return Err(invalid(
-                "--publish on-restart needs the job uid its intent is recorded under (--job-uid)"
-                    .into(),
-            )
-            .into())
-        }
-        // The children are pended in the table's own pending directory (`split::intent`).
-        (Publish::OnRestart, None) => table_dir.to_path_buf(),
-        (Publish::OnRestart, Some(o)) => {
+        // Replace publishes into the table directory; OnRestart pends in its own pending
+        // directory (`split::intent`).
+        (Publish::Replace | Publish::OnRestart, None) => table_dir.to_path_buf(),
+        (Publish::Replace | Publish::OnRestart, Some(o)) => {
             let o_canon = canon(o)?;
             if o_canon != table_canon {
                 return Err(SplitError::Publish(PublishError::NotTableDir {

@@ -612,7 +612,7 @@ pub fn withdraw_locked(
 fn withdraw_job(table_dir: &Path, j: &Path) -> Result<bool, PublishError> {
     if j.join(APPLYING_FILE).exists() && !j.join(OUTCOME_FILE).exists() {
         return Err(pending(
-            &j,
+            j,
             "an apply-pending was interrupted while publishing this job: run `cleave apply-pending` (Cassandra stopped) to finish it before withdrawing",
         ));
     }
