@@ -243,14 +243,6 @@ fn mark(data: &Path, flag: &[&str]) {
     );
 }
 
-fn cqlite_available() -> bool {
-    Command::new("python3")
-        .args(["-c", "import cqlite"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
 /// cqlite's rows (each as compact JSON, sorted) and partition keys (hex, sorted) of `data`,
 /// read one sstable at a time (cqlite merges several in Murmur3 order, which duplicates
 /// partitions of other partitioners; these sstables never share a partition).

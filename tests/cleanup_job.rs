@@ -481,7 +481,9 @@ fn on_the_real_apiserver_an_on_restart_cleanup_waits_for_the_restart_then_comple
         "the results name the live children"
     );
     assert!(
-        !table.join(".cleave-pending").exists(),
+        eventually(Duration::from_secs(10), || !table
+            .join(".cleave-pending")
+            .exists()),
         "the outcome was acknowledged: {:?}",
         names(&table)
     );

@@ -703,7 +703,9 @@ fn an_on_restart_job_awaits_the_restart_and_the_sidecar_settles_its_outcome() {
         "the children hold exactly the parent's keys"
     );
     assert!(
-        !table.join(".cleave-pending").exists(),
+        eventually(Duration::from_secs(10), || !table
+            .join(".cleave-pending")
+            .exists()),
         "the outcome is removed once recorded: {:?}",
         names(&table)
     );
@@ -735,7 +737,9 @@ fn an_on_restart_job_awaits_the_restart_and_the_sidecar_settles_its_outcome() {
         "{st:#}"
     );
     assert!(
-        !table.join(".cleave-pending").exists(),
+        eventually(Duration::from_secs(10), || !table
+            .join(".cleave-pending")
+            .exists()),
         "the second job's children are gone: {:?}",
         names(&table)
     );

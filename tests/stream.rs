@@ -59,14 +59,6 @@ fn sstcheck_json(shared: &Path, data: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn cqlite_available() -> bool {
-    Command::new("python3")
-        .args(["-c", "import cqlite"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
 fn cqlite_rows(r: &ManifestRow, data: &Path) -> Option<serde_json::Value> {
     let schema = r.schema_file.as_ref()?;
     let (ks, table) = r.table.split_once('/')?;

@@ -475,3 +475,18 @@ pub fn keys_fingerprint(
     }
     fp
 }
+
+/// Waits up to `timeout` for `cond`, polling every 100 ms; true if it held. For effects
+/// that follow a status write (the sidecar removes an outcome only after its status landed).
+pub fn eventually(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if t.elapsed() > timeout {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
