@@ -202,6 +202,23 @@ impl Residency {
         (self.resident_pages() as u64 * self.page).min(self.len)
     }
 
+    /// One byte a page, bit 0 = resident (as `mincore` gives it; built from the runs where
+    /// the snapshot holds runs).
+    pub fn pages(&self) -> Vec<u8> {
+        match &self.snapshot {
+            Snapshot::Pages(p) => p.clone(),
+            Snapshot::Runs(r) => {
+                let mut v = vec![0u8; self.len.div_ceil(self.page) as usize];
+                for run in r {
+                    if let Some(s) = v.get_mut(run.start as usize..run.end as usize) {
+                        s.fill(1);
+                    }
+                }
+                v
+            }
+        }
+    }
+
     /// Whether page `i` was resident.
     pub fn resident(&self, i: u64) -> bool {
         match &self.snapshot {
@@ -339,6 +356,8 @@ mod tests {
             assert_eq!(snap.resident(i as u64), *r, "page {i}, runs {runs}");
         }
         assert_eq!(snap.resident_pages(), before.iter().filter(|r| **r).count());
+        let bits: Vec<bool> = snap.pages().iter().map(|b| b & 1 == 1).collect();
+        assert_eq!(bits, before, "runs {runs}");
         let mut all = Vec::new();
         File::open(&p).unwrap().read_to_end(&mut all).unwrap();
         let dropped = snap.evict_added();
