@@ -7,6 +7,10 @@
 # (/proc/diskstats field 16) over the same interval. Needs root, xfsprogs, losetup.
 #
 #   scripts/bench-replace.sh "1GiB 8GiB" 3 main=/tmp/cleave-main branch=target/release/cleave
+#
+# Environment: IMAGE (size of the sparse loop image, default 48G: a 64 GiB parent needs
+# IMAGE=40G without cp, 72G with it) and WITH_CP=0 (skip the cp runs, e.g. where the disk
+# holds the parent once but not twice; cp's figure then comes from another run).
 set -euo pipefail
 SIZES=${1:-"1GiB 8GiB"}
 ITER=${2:-3}
@@ -24,7 +28,11 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-truncate -s 48G "$IMG"
+IMAGE=${IMAGE:-48G}
+WITH_CP=${WITH_CP:-1}
+TOOLS=("${BINS[@]}")
+[ "$WITH_CP" = 0 ] || TOOLS+=(cp)
+truncate -s "$IMAGE" "$IMG"
 DEV=$(losetup --direct-io=on -f --show "$IMG")
 mkfs.xfs -q -m reflink=1 "$DEV"
 mkdir -p "$MNT"
@@ -43,7 +51,7 @@ for size in $SIZES; do
   data=$(sed -n 's/.*"data": *"\([^"]*\)".*/\1/p' "$WORK/gen.json" | head -1)
   base=$(basename "$data" -Data.db)
   for run in $(seq 1 "$ITER"); do
-    for b in "${BINS[@]}" cp; do
+    for b in "${TOOLS[@]}"; do
       name=${b%%=*}
       table=$MNT/run/ks/t-$run-$name
       rm -rf "$MNT/run"

@@ -227,6 +227,38 @@ pub struct RunCtx<'a> {
     pub mount: Option<&'a Path>,
 }
 
+/// The flags of `cleave split` after `<parent> --out <dir>` for a split configuration:
+/// `--tokens` (random cuts) or `--parts`, layout, digest, target, `--json`. Empty for `cp`.
+pub(crate) fn split_args(tool: Tool, parts: usize, tokens: Option<&[i64]>) -> Vec<String> {
+    let Tool::Split {
+        layout,
+        digest,
+        target_cassandra,
+        ..
+    } = tool
+    else {
+        return Vec::new();
+    };
+    let mut v = Vec::new();
+    match tokens {
+        Some(t) => {
+            let list: Vec<String> = t.iter().map(i64::to_string).collect();
+            // `=`: the first token may be negative and must not read as a flag.
+            v.push(format!("--tokens={}", list.join(",")));
+        }
+        None => v.extend(["--parts".to_string(), parts.to_string()]),
+    }
+    v.extend(["--layout", layout, "--digest", digest].map(String::from));
+    if layout == "padded" {
+        v.extend(["--target-data-access", "standard"].map(String::from));
+    }
+    if let Some(t) = target_cassandra {
+        v.extend(["--target-cassandra".to_string(), t.to_string()]);
+    }
+    v.push("--json".to_string());
+    v
+}
+
 pub fn run_once(
     ctx: &RunCtx,
     fx: &Fixture,
@@ -256,10 +288,9 @@ pub fn run_once(
     let mut tokens = None;
     match config.tool {
         Tool::Split {
-            layout,
-            digest,
             random_cuts,
             baseline,
+            ..
         } => {
             cmd = Command::new(match (baseline, ctx.baseline_exe) {
                 (true, Some(b)) => b,
@@ -271,19 +302,12 @@ pub fn run_once(
                 .arg("--out")
                 .arg(ctx.out);
             if random_cuts {
-                let t = random_tokens(ctx.parts.saturating_sub(1), u64::from(iteration));
-                let list: Vec<String> = t.iter().map(i64::to_string).collect();
-                // `=`: the first token may be negative and must not read as a flag.
-                cmd.arg(format!("--tokens={}", list.join(",")));
-                tokens = Some(t);
-            } else {
-                cmd.args(["--parts", &ctx.parts.to_string()]);
+                tokens = Some(random_tokens(
+                    ctx.parts.saturating_sub(1),
+                    u64::from(iteration),
+                ));
             }
-            cmd.args(["--layout", layout, "--digest", digest]);
-            if layout == "padded" {
-                cmd.args(["--target-data-access", "standard"]);
-            }
-            cmd.arg("--json");
+            cmd.args(split_args(config.tool, ctx.parts, tokens.as_deref()));
         }
         Tool::Cp | Tool::CpReflink => {
             cmd = Command::new("cp");
@@ -440,5 +464,32 @@ mod tests {
         assert_eq!(a, random_tokens(7, 1));
         assert_ne!(a, random_tokens(7, 2));
         assert!(random_tokens(0, 1).is_empty());
+    }
+
+    #[test]
+    fn split_args_of_each_configuration() {
+        use crate::bench::split::{ALIGNED, ALIGNED_41, ALIGNED_BASELINE, CP, PADDED};
+        let args = |c: crate::bench::split::Config| split_args(c.tool, 8, None).join(" ");
+        // The existing keys' arguments are what they were: no target, the split's default.
+        assert_eq!(
+            args(ALIGNED),
+            "--parts 8 --layout aligned --digest off --json"
+        );
+        assert_eq!(args(ALIGNED_BASELINE), args(ALIGNED));
+        assert_eq!(
+            args(PADDED),
+            "--parts 8 --layout padded --digest off --target-data-access standard --json"
+        );
+        // aligned-4.1: the same split for an explicit 4.1 target (dead prefix allowed).
+        assert_eq!(
+            args(ALIGNED_41),
+            "--parts 8 --layout aligned --digest off --target-cassandra 4.1 --json"
+        );
+        assert_eq!(ALIGNED_41.key, "aligned-4.1");
+        assert!(split_args(CP.tool, 8, None).is_empty());
+        assert_eq!(
+            split_args(ALIGNED.tool, 8, Some(&[-5, 7])).join(" "),
+            "--tokens=-5,7 --layout aligned --digest off --json"
+        );
     }
 }

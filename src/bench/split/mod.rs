@@ -93,6 +93,9 @@ pub enum Tool {
         random_cuts: bool,
         /// Run by [`SplitBenchOptions::baseline_exe`] instead of this binary.
         baseline: bool,
+        /// `--target-cassandra` of the split; `None` leaves the split's default (`unknown`:
+        /// children a 5.0.5+ node reads, filler partitions instead of a dead prefix).
+        target_cassandra: Option<&'static str>,
     },
     /// `cp --reflink=never` (coreutils 9 reflinks by default on XFS).
     Cp,
@@ -124,6 +127,7 @@ const fn split(
             digest,
             random_cuts: false,
             baseline: false,
+            target_cassandra: None,
         },
         fs,
     }
@@ -147,6 +151,24 @@ pub const DIGEST_COMBINE: Config = split(
     Fs::Xfs,
 );
 pub const ALIGNED: Config = split("aligned", "aligned, no digest", "aligned", "off", Fs::Xfs);
+/// `aligned, no digest` for an explicit pre-5.0.5 target (`--target-cassandra 4.1`): a
+/// child may start with a dead prefix (the bytes of the boundary chunk before its first
+/// partition), which Cassandra 4.1 skips through Index.db and 5.0.5+ would scan linearly
+/// (docs/compatibility.md, issue 16). `aligned` itself keeps the split's default target,
+/// so this row is the before of the 5.0.5+ layout's filler partitions (issue 21,
+/// deliverable 4). Run only when `--configs` names it.
+pub const ALIGNED_41: Config = Config {
+    key: "aligned-4.1",
+    name: "aligned, no digest, target 4.1",
+    tool: Tool::Split {
+        layout: "aligned",
+        digest: "off",
+        random_cuts: false,
+        baseline: false,
+        target_cassandra: Some("4.1"),
+    },
+    fs: Fs::Xfs,
+};
 pub const PADDED: Config = split("padded", "padded, no digest", "padded", "off", Fs::Xfs);
 pub const CP: Config = Config {
     key: "cp",
@@ -169,6 +191,7 @@ pub const ALIGNED_RANDOM_CUTS: Config = Config {
         digest: "off",
         random_cuts: true,
         baseline: false,
+        target_cassandra: None,
     },
     fs: Fs::Xfs,
 };
@@ -183,6 +206,7 @@ pub const ALIGNED_BASELINE: Config = Config {
         digest: "off",
         random_cuts: false,
         baseline: true,
+        target_cassandra: None,
     },
     fs: Fs::Xfs,
 };
@@ -197,18 +221,20 @@ pub const REGRID_BASELINE: Config = Config {
         digest: "off",
         random_cuts: false,
         baseline: true,
+        target_cassandra: None,
     },
     fs: Fs::Xfs,
 };
 
 /// The table's rows, in the reference's order (slowest first).
-pub const MAIN: [Config; 9] = [
+pub const MAIN: [Config; 10] = [
     REGRID,
     COPY,
     COPY_PLAIN,
     DIGEST_FULL,
     DIGEST_COMBINE,
     ALIGNED,
+    ALIGNED_41,
     PADDED,
     CP,
     CP_REFLINK,
@@ -228,6 +254,10 @@ pub const COMBINE_RA0: Config = split(
 pub fn config_keys() -> Vec<&'static str> {
     MAIN.iter().map(|c| c.key).collect()
 }
+
+/// Rows of [`MAIN`] a sweep without `--configs` leaves out (so that the default sweep runs
+/// what it ran before they were added).
+const OPT_IN: [&str; 1] = [ALIGNED_41.key];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -284,9 +314,10 @@ impl Default for Progress {
 /// partitions and the incompressible parent.
 fn fixtures(a: &SplitBenchOptions, sizes: &[u64]) -> Result<Vec<Fixture>> {
     let selected = |c: &Config| {
-        a.configs
-            .as_ref()
-            .is_none_or(|k| k.iter().any(|k| k == c.key))
+        a.configs.as_ref().map_or_else(
+            || !OPT_IN.contains(&c.key),
+            |k| k.iter().any(|k| k == c.key),
+        )
     };
     if let Some(keys) = &a.configs {
         if let Some(bad) = keys.iter().find(|k| !config_keys().contains(&k.as_str())) {
@@ -407,4 +438,58 @@ pub fn run(a: &SplitBenchOptions) -> Result<Output> {
 /// split.json (with `report_dir`, rewrites its files).
 pub fn from_json(a: &SplitBenchOptions, path: &std::path::Path) -> Result<Output> {
     report::from_json(a, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(configs: Option<&[&str]>) -> SplitBenchOptions {
+        SplitBenchOptions {
+            sizes: vec![8 * GIB],
+            parts: 8,
+            partition_size: 64 << 10,
+            row_size: 4 << 10,
+            chunk: 16 << 10,
+            version: "nb".into(),
+            wide_partition_size: 0,
+            wide_size: None,
+            random_size: Some(0),
+            random_cut_sets: 0,
+            configs: configs.map(|c| c.iter().map(|k| k.to_string()).collect()),
+            baseline_exe: None,
+            no_warm: true,
+            report_dir: None,
+            iterations: 1,
+            dir: None,
+        }
+    }
+
+    fn names(a: &SplitBenchOptions) -> Vec<&'static str> {
+        fixtures(a, &a.sizes).expect("fixtures")[0]
+            .configs
+            .iter()
+            .map(|c| c.name)
+            .collect()
+    }
+
+    #[test]
+    fn aligned_4_1_runs_only_when_named() {
+        // Without --configs the sweep runs what it ran before the key existed.
+        let all = names(&options(None));
+        assert!(!all.contains(&ALIGNED_41.name), "{all:?}");
+        assert_eq!(all.len(), MAIN.len() - 1);
+        assert!(config_keys().contains(&"aligned-4.1"));
+        let some = names(&options(Some(&[
+            "aligned",
+            "aligned-4.1",
+            "cp",
+            "cp-reflink",
+        ])));
+        assert_eq!(
+            some,
+            [ALIGNED.name, ALIGNED_41.name, CP.name, CP_REFLINK.name]
+        );
+        assert!(fixtures(&options(Some(&["aligned-4.2"])), &[8 * GIB]).is_err());
+    }
 }
