@@ -1036,44 +1036,6 @@ fn visible(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-fn apply_pending(data_dir: &Path) -> Command {
-    let mut c = Command::new(cleave_bin());
-    c.arg("apply-pending")
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("--json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-fn apply_pending_ok(data_dir: &Path) -> serde_json::Value {
-    let out = apply_pending(data_dir).output().unwrap();
-    assert!(
-        out.status.success(),
-        "apply-pending: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// Every fault point an unharmed run of `cmd` reaches, with how many times.
-fn fault_points(mut cmd: Command, list: &Path) -> BTreeMap<String, usize> {
-    let _ = std::fs::remove_file(list);
-    let out = cmd.env("CLEAVE_CRASH_LIST", list).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut counts = BTreeMap::new();
-    for l in std::fs::read_to_string(list).unwrap_or_default().lines() {
-        *counts.entry(l.to_string()).or_default() += 1;
-    }
-    counts
-}
-
 /// `--publish on-restart` (Cassandra may be running): the cleanup is recorded in the
 /// table's pending directory and nothing live changes; `apply-pending` (Cassandra stopped)
 /// publishes it in one CLEANUP transaction — the kept sstable untouched, the dropped one

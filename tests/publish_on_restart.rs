@@ -53,28 +53,6 @@ fn pend(table: &Path, uid: &str) -> serde_json::Value {
     ])
 }
 
-fn apply(data: &Path) -> Command {
-    let mut c = Command::new(cleave_bin());
-    c.arg("apply-pending")
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-fn apply_ok(data: &Path) -> serde_json::Value {
-    let out = apply(data).output().unwrap();
-    assert!(
-        out.status.success(),
-        "apply-pending: {} {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// A UID-999 process holding `file` open on its stdin: a Cassandra stand-in.
 fn holder(file: &Path) -> KillOnDrop {
     let f = std::fs::File::open(file).unwrap();
@@ -125,7 +103,7 @@ fn on_restart_stages_apply_pending_waits_for_cassandra_then_publishes() {
     let fp0 = sstcheck_fp(std::slice::from_ref(&parent));
 
     // Nothing pending: a no-op that does not even look at /proc.
-    let r = apply_ok(&data);
+    let r = apply_pending_ok(&data);
     assert_eq!(r["jobs"].as_array().unwrap().len(), 0, "{r}");
 
     let before = names(&table);
@@ -161,7 +139,7 @@ fn on_restart_stages_apply_pending_waits_for_cassandra_then_publishes() {
     {
         let _cassandra = holder(&parent);
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let out = apply(&data).output().unwrap();
+        let out = apply_pending(&data).output().unwrap();
         assert_eq!(out.status.code(), Some(1));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["error"]["reason"], "CassandraRunning", "{v}");
@@ -173,7 +151,7 @@ fn on_restart_stages_apply_pending_waits_for_cassandra_then_publishes() {
     }
 
     // Cassandra stopped: published, the live sstables hold exactly the parent's keys.
-    let r = apply_ok(&data);
+    let r = apply_pending_ok(&data);
     assert_eq!(r["jobs"][0]["action"], "applied", "{r}");
     let o = outcome(&table, "job-1");
     assert_eq!(o["result"]["state"], "Complete", "{o}");
@@ -188,7 +166,7 @@ fn on_restart_stages_apply_pending_waits_for_cassandra_then_publishes() {
 
     // Idempotent: a second run changes nothing.
     let snap = snapshot(&data);
-    let r = apply_ok(&data);
+    let r = apply_pending_ok(&data);
     assert_eq!(r["jobs"][0]["action"], "already_done", "{r}");
     assert_eq!(snapshot(&data), snap);
 }
@@ -213,7 +191,7 @@ fn a_parent_compacted_away_drops_the_intent_with_parent_changed() {
         .into_iter()
         .filter(|(p, _)| !p.to_string_lossy().contains(".cleave-pending"))
         .collect::<Vec<_>>();
-    let r = apply_ok(&data);
+    let r = apply_pending_ok(&data);
     assert_eq!(r["jobs"][0]["action"], "applied", "{r}");
     let o = outcome(&table, "job-2");
     assert_eq!(o["result"]["state"], "Failed");
@@ -241,30 +219,11 @@ fn a_parent_compacted_away_drops_the_intent_with_parent_changed() {
     let bytes = std::fs::read(&d).unwrap();
     std::fs::remove_file(&d).unwrap();
     std::fs::write(&d, &bytes[..bytes.len() - 1]).unwrap();
-    apply_ok(&data);
+    apply_pending_ok(&data);
     let o = outcome(&t2, "job-3");
     assert_eq!(o["result"]["reason"], "ParentChanged", "{o}");
     let msg = o["result"]["message"].as_str().unwrap();
     assert!(msg.contains("inode") && msg.contains("size"), "{msg}");
-}
-
-/// Every fault point reached by an unharmed run of `cmd`, with how many times.
-fn points_of(mut cmd: Command, list: &Path) -> Vec<(String, usize)> {
-    let _ = std::fs::remove_file(list);
-    let out = cmd.env("CLEAVE_CRASH_LIST", list).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut v: Vec<(String, usize)> = Vec::new();
-    for l in std::fs::read_to_string(list).unwrap_or_default().lines() {
-        match v.iter_mut().find(|(p, _)| p == l) {
-            Some((_, n)) => *n += 1,
-            None => v.push((l.to_string(), 1)),
-        }
-    }
-    v
 }
 
 fn pend_cmd(table: &Path, uid: &str) -> Command {
@@ -321,8 +280,8 @@ fn sigkill_pend_or_apply_at_every_fault_point_ends_in_parent_or_children() {
     let w = m.mount_point.join("w0");
     let table = table_in(&w);
     let fp0 = sstcheck_fp(&[table.join("nb-1-big-Data.db")]);
-    let pend_points = points_of(pend_cmd(&table, "j"), &list);
-    let apply_points = points_of(apply(&w), &list);
+    let pend_points = fault_points(pend_cmd(&table, "j"), &list);
+    let apply_points = fault_points(apply_pending(&w), &list);
     assert!(check_trial("unharmed", &table, fp0, "j"));
     let mut trials = 0;
     let mut children = 0;
@@ -345,19 +304,19 @@ fn sigkill_pend_or_apply_at_every_fault_point_ends_in_parent_or_children() {
                     assert!(!out.status.success(), "{what}: not killed");
                 } else {
                     assert!(c.output().unwrap().status.success());
-                    let out = apply(&w)
+                    let out = apply_pending(&w)
                         .env("CLEAVE_CRASH_AT", format!("{point}@{nth}"))
                         .output()
                         .unwrap();
                     assert!(!out.status.success(), "{what}: not killed");
                 }
-                apply_ok(&w);
+                apply_pending_ok(&w);
                 if check_trial(&what, &table, fp0, "j") {
                     children += 1;
                 }
                 // A second run is a no-op.
                 let snap = snapshot(&w);
-                apply_ok(&w);
+                apply_pending_ok(&w);
                 assert_eq!(snapshot(&w), snap, "{what}: second run changed files");
                 std::fs::remove_dir_all(&w).unwrap();
             }
@@ -642,7 +601,7 @@ fn an_on_restart_job_awaits_the_restart_and_the_sidecar_settles_its_outcome() {
 
     // The init container before Cassandra stopped: refused, nothing changed.
     let snap = snapshot(&data);
-    let out = apply(&data).output().unwrap();
+    let out = apply_pending(&data).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["error"]["reason"], "CassandraRunning", "{v}");
@@ -652,7 +611,10 @@ fn an_on_restart_job_awaits_the_restart_and_the_sidecar_settles_its_outcome() {
         "a refused apply-pending changed files"
     );
     // As the chart's init container runs it: the same refusal, but Cassandra may start.
-    let out = apply(&data).arg("--never-block-start").output().unwrap();
+    let out = apply_pending(&data)
+        .arg("--never-block-start")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["error"]["reason"], "CassandraRunning", "{v}");
@@ -667,7 +629,7 @@ fn an_on_restart_job_awaits_the_restart_and_the_sidecar_settles_its_outcome() {
     // sidecar starts again (before Cassandra) and settles the job.
     drop(sidecar);
     drop(cassandra);
-    let r = apply_ok(&data);
+    let r = apply_pending_ok(&data);
     assert_eq!(r["jobs"][0]["action"], "applied", "{r}");
     let sidecar = Sidecar::start(&c, &data, &[]);
     let st = job_in(
@@ -717,7 +679,7 @@ fn an_on_restart_job_awaits_the_restart_and_the_sidecar_settles_its_outcome() {
     for f in names(&table).iter().filter(|n| n.starts_with("nb-2-")) {
         std::fs::rename(table.join(f), table.join(f.replacen("nb-2-", "nb-90-", 1))).unwrap();
     }
-    let r = apply_ok(&data);
+    let r = apply_pending_ok(&data);
     assert_eq!(
         r["jobs"][0]["outcome"]["result"]["reason"], "ParentChanged",
         "{r}"

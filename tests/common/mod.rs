@@ -10,7 +10,7 @@ pub mod mgmt;
 pub mod stream;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// `../shared` beside the checkout (or `$CLEAVE_SHARED`). Tests that need it print why
 /// they skip when it is absent; CI always has it.
@@ -489,4 +489,44 @@ pub fn eventually(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) 
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// `cleave apply-pending --data-dir DIR --json`, output piped.
+pub fn apply_pending(data_dir: &Path) -> Command {
+    let mut c = Command::new(cleave_bin());
+    c.arg("apply-pending")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// [`apply_pending`], which must succeed: its JSON report.
+pub fn apply_pending_ok(data_dir: &Path) -> serde_json::Value {
+    let out = apply_pending(data_dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "apply-pending: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Every fault point an unharmed run of `cmd` reaches, with how many times.
+pub fn fault_points(mut cmd: Command, list: &Path) -> std::collections::BTreeMap<String, usize> {
+    let _ = std::fs::remove_file(list);
+    let out = cmd.env("CLEAVE_CRASH_LIST", list).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut counts = std::collections::BTreeMap::new();
+    for l in std::fs::read_to_string(list).unwrap_or_default().lines() {
+        *counts.entry(l.to_string()).or_default() += 1;
+    }
+    counts
 }
