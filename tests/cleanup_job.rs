@@ -87,21 +87,30 @@ fn job(m: &Path, name: &str, data: &Path, extra: &str) {
     .unwrap();
 }
 
-fn run_once(m: &Path, api: &str) -> Output {
-    Command::new(cleave_bin())
-        .args([
-            "run",
-            "--node",
-            "n1",
-            "--once",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .args(["--management-api", api])
-        .arg("--local")
-        .arg(m)
-        .output()
-        .unwrap()
+/// `cleave run --local m --once` for node `n1`, with the management API at `api` if any.
+fn run_once(m: &Path, api: Option<&str>) -> Output {
+    let mut c = Command::new(cleave_bin());
+    c.args([
+        "run",
+        "--node",
+        "n1",
+        "--once",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ]);
+    if let Some(api) = api {
+        c.args(["--management-api", api]);
+    }
+    c.arg("--local").arg(m).output().unwrap()
+}
+
+/// `spec.ownedRanges` of a manifest: one `{start, end}` line each.
+fn owned_ranges_yaml(owned: &[(i64, i64)]) -> String {
+    let ranges: String = owned
+        .iter()
+        .map(|(l, r)| format!("    - {{start: \"{l}\", end: \"{r}\"}}\n"))
+        .collect();
+    format!("  ownedRanges:\n{ranges}")
 }
 
 fn status(m: &Path, name: &str) -> serde_json::Value {
@@ -131,18 +140,9 @@ fn explicit_ranges_and_the_nodes_ring_give_the_same_owned_keys() {
     );
     let m = d.path().join("manifests");
     std::fs::create_dir(&m).unwrap();
-    let ranges: String = owned
-        .iter()
-        .map(|(l, r)| format!("    - {{start: \"{l}\", end: \"{r}\"}}\n"))
-        .collect();
-    job(
-        &m,
-        "explicit",
-        &data_a,
-        &format!("  ownedRanges:\n{ranges}"),
-    );
+    job(&m, "explicit", &data_a, &owned_ranges_yaml(&owned));
     job(&m, "ring", &data_b, "  ownership: ManagementApi\n");
-    let out = run_once(&m, &api.url());
+    let out = run_once(&m, Some(&api.url()));
     assert!(
         out.status.success(),
         "{}",
@@ -198,7 +198,7 @@ fn a_ring_with_a_joining_peer_is_ring_changing_and_changes_nothing() {
     let m = d.path().join("manifests");
     std::fs::create_dir(&m).unwrap();
     job(&m, "ring", &data, "  ownership: ManagementApi\n");
-    let out = run_once(&m, &api.url());
+    let out = run_once(&m, Some(&api.url()));
     assert!(
         out.status.success(),
         "{}",
@@ -256,15 +256,7 @@ fn on_the_real_apiserver_explicit_ranges_and_the_ring_agree_and_a_joining_peer_c
     );
     let url = api.url();
     let sidecar = Sidecar::start_with(&cluster, &data_a, &[], &["--management-api", &url]);
-    let ranges: String = owned
-        .iter()
-        .map(|(l, r)| format!("    - {{start: \"{l}\", end: \"{r}\"}}\n"))
-        .collect();
-    cluster.apply(&kube_job(
-        "explicit",
-        &data_a,
-        &format!("  ownedRanges:\n{ranges}"),
-    ));
+    cluster.apply(&kube_job("explicit", &data_a, &owned_ranges_yaml(&owned)));
     cluster.apply(&kube_job("ring", &data_b, "  ownership: ManagementApi\n"));
     for (name, table) in [("explicit", &table_a), ("ring", &table_b)] {
         let s = ended(&cluster, name);
@@ -417,31 +409,18 @@ fn on_the_real_apiserver_an_on_restart_cleanup_waits_for_the_restart_then_comple
         "the ring is read before the cleanup and again before recording it: {calls:#?}"
     );
     // The init container's run while Cassandra still runs: refused, nothing changes.
-    let out = Command::new(cleave_bin())
-        .args(["apply-pending", "--data-dir"])
-        .arg(&data)
-        .output()
-        .unwrap();
+    let out = apply_pending(&data).output().unwrap();
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("CassandraRunning"),
+        String::from_utf8_lossy(&out.stdout).contains("\"CassandraRunning\""),
         "{}",
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stdout)
     );
     assert_eq!(visible(&table), before);
 
     // The restart: Cassandra stops, apply-pending publishes, Cassandra would start.
     drop(api);
-    let out = Command::new(cleave_bin())
-        .args(["apply-pending", "--data-dir"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_pending_ok(&data);
     let s = cluster.wait("Complete", Duration::from_secs(60), || {
         let o = cluster.get("cleanupjob", "on-restart")?;
         (o["status"]["phase"] == "Complete").then(|| o["status"].clone())
@@ -506,30 +485,14 @@ fn a_failed_on_restart_job_withdraws_what_it_recorded() {
     let before = (snapshot(&first), snapshot(&second));
     let m = d.path().join("manifests");
     std::fs::create_dir(&m).unwrap();
-    let ranges: String = mine()
-        .iter()
-        .map(|(l, r)| format!("    - {{start: \"{l}\", end: \"{r}\"}}\n"))
-        .collect();
-    job(&m, "two", &data, &format!("  ownedRanges:\n{ranges}"));
+    job(&m, "two", &data, &owned_ranges_yaml(&mine()));
     let text = std::fs::read_to_string(m.join("two.yaml")).unwrap();
     std::fs::write(
         m.join("two.yaml"),
         text.replace("publish: Replace", "publish: OnRestart"),
     )
     .unwrap();
-    let out = Command::new(cleave_bin())
-        .args([
-            "run",
-            "--node",
-            "n1",
-            "--once",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .arg("--local")
-        .arg(&m)
-        .output()
-        .unwrap();
+    let out = run_once(&m, None);
     assert!(
         out.status.success(),
         "{}",

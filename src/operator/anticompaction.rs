@@ -67,10 +67,8 @@ impl Kind for AnticompactionJob {
             .await;
         if self.spec.publish == Publish::OnRestart {
             let dirs = job::table_dirs(&data_dir, &self.spec).unwrap_or_default();
-            ended = job::withdraw_after_failure(dirs, restart::job_uid(&*self), ended).await;
-        }
-        if ended == Ended::Complete && self.spec.publish == Publish::OnRestart {
-            ended = Ended::Staged(restart::how_to_restart(&self.spec.node_name));
+            let uid = restart::job_uid(&*self);
+            ended = job::end_on_restart(dirs, uid, &self.spec.node_name, ended, true).await;
         }
         if hit && matches!(ended, Ended::Interrupted) {
             ended = Ended::Failed(Failure::new(

@@ -117,18 +117,13 @@ impl Kind for CleanupJob {
             let d = data_dir(&self.spec, &ctx.data_dir);
             let dirs =
                 job::table_dirs_of(&d, &self.spec.keyspace, &self.spec.tables).unwrap_or_default();
-            ended = job::withdraw_after_failure(dirs, restart::job_uid(&*self), ended).await;
-        }
-        // Only a table with something to drop has an intent: a job whose every sstable is
-        // kept has nothing to wait for.
-        if ended == Ended::Complete
-            && self.spec.publish == Publish::OnRestart
-            && latest
+            // Only a table with something to drop has an intent.
+            let recorded = latest
                 .results
                 .iter()
-                .any(|r| r.verdict != Some(CleanupVerdict::Kept))
-        {
-            ended = Ended::Staged(restart::how_to_restart(&self.spec.node_name));
+                .any(|r| r.verdict != Some(CleanupVerdict::Kept));
+            let uid = restart::job_uid(&*self);
+            ended = job::end_on_restart(dirs, uid, &self.spec.node_name, ended, recorded).await;
         }
         if windowed {
             ended = window::end(&*self, &ctx, &mut lease, &mut latest, ended).await;

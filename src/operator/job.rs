@@ -180,13 +180,25 @@ pub fn withdraw_intents(dirs: &[PathBuf], job_uid: &str) -> Result<(), Failure> 
     Ok(())
 }
 
-/// `OnRestart`: a job that failed publishes nothing at the next restart. The intents it
-/// recorded before the failure (other parents, other tables) are withdrawn, so that a
-/// `Failed` job never turns into half a result when the node restarts; its message says
-/// so, or why they could not be.
-pub async fn withdraw_after_failure(dirs: Vec<PathBuf>, job_uid: String, ended: Ended) -> Ended {
-    let Ended::Failed(mut f) = ended else {
-        return ended;
+/// How an `OnRestart` run ends. A run that failed publishes nothing at the next restart:
+/// the intents it recorded before the failure (other parents, other tables) are withdrawn,
+/// so that a `Failed` job never turns into half a result when the node restarts, and its
+/// message says so (or why they could not be). A complete run that `recorded` something
+/// awaits the restart (`Staged`, with how to restart `node`); one that recorded nothing has
+/// nothing to wait for and stays `Complete`.
+pub async fn end_on_restart(
+    dirs: Vec<PathBuf>,
+    job_uid: String,
+    node: &str,
+    ended: Ended,
+    recorded: bool,
+) -> Ended {
+    let mut f = match ended {
+        Ended::Failed(f) => f,
+        Ended::Complete if recorded => {
+            return Ended::Staged(super::core::restart::how_to_restart(node))
+        }
+        other => return other,
     };
     let r = tokio::task::spawn_blocking(move || withdraw_intents(&dirs, &job_uid)).await;
     match r {
