@@ -580,6 +580,7 @@ pub fn generate(o: &GenOptions, progress: &mut dyn FnMut(u64)) -> Result<GenRepo
             }],
         }),
         toc_order: Vec::new(),
+        stats_padding: 0,
     };
     write_file(&desc.path(&Component::Statistics), &statistics.serialize(v))?;
     toc.push(Component::Statistics);

@@ -100,6 +100,11 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
+    /// The bytes not consumed yet, without consuming them.
+    pub fn peek_rest(&self) -> &'a [u8] {
+        &self.buf[self.pos..]
+    }
+
     pub fn rest(&mut self) -> &'a [u8] {
         let s = &self.buf[self.pos..];
         self.pos = self.buf.len();

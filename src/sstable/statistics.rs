@@ -767,6 +767,14 @@ pub struct Statistics {
     /// what Cassandra writes. Some 3.x-era files list them in another order, which readers
     /// accept (they look components up by type), so it is kept for a byte-exact rewrite.
     pub toc_order: Vec<i32>,
+    /// Zero bytes after the STATS body, inside its slot. `MetadataSerializer.serialize`
+    /// writes each component as `DataOutputBuffer(serializedSize).getData()`, the whole
+    /// buffer, so where `StatsMetadataSerializer.serializedSize` counts more than
+    /// `serialize` writes the slot ends in zeros: 4 in every BIG `oa` sstable Cassandra 5.0.9
+    /// writes (its CQLSSTableWriter and its compaction alike; `tests/oracle_*`). Readers
+    /// look a component up by its offset and never reach them; kept for a byte-exact
+    /// rewrite.
+    pub stats_padding: usize,
 }
 
 const VALIDATION: i32 = 0;
@@ -863,6 +871,7 @@ impl Statistics {
             stats: None,
             header: None,
             toc_order: toc.iter().map(|e| e.0).collect(),
+            stats_padding: 0,
         };
         for (i, (t, off)) in by_offset.iter().enumerate() {
             if *off != expected_offset {
@@ -931,7 +940,12 @@ impl Statistics {
                 }
                 STATS => {
                     let s = Stats::parse(&mut cr, v)?;
-                    cr.expect_end("STATS metadata")?;
+                    let rest = cr.peek_rest();
+                    if rest.iter().all(|b| *b == 0) {
+                        out.stats_padding = rest.len();
+                    } else {
+                        cr.expect_end("STATS metadata")?;
+                    }
                     out.stats = Some(s);
                 }
                 _ => {
@@ -962,6 +976,7 @@ impl Statistics {
         if let Some(s) = &self.stats {
             let mut b = Vec::new();
             s.serialize(v, &mut b);
+            b.resize(b.len() + self.stats_padding, 0);
             components.push((STATS, b));
         }
         if let Some(h) = &self.header {
@@ -1032,6 +1047,48 @@ mod tests {
         b.put_u32(h.finalize());
         b.extend_from_slice(body);
         b
+    }
+
+    /// Statistics.db of an sstable Cassandra 5.0.9's CQLSSTableWriter wrote (BIG `oa`):
+    /// its STATS slot ends in 4 zero bytes (`MetadataSerializer` writes the whole
+    /// `DataOutputBuffer` sized by `serializedSize`).
+    const CASSANDRA_509_OA: &[u8] =
+        include_bytes!("../../tests/fixtures/cassandra-5.0.9/oa-2-big-Statistics.db");
+
+    #[test]
+    fn cassandra_5_0_9_stats_padding_round_trips_byte_for_byte() {
+        let v = Version::parse("oa").unwrap();
+        let s = Statistics::parse(Path::new("s"), CASSANDRA_509_OA, v).unwrap();
+        assert_eq!(s.stats_padding, 4);
+        assert_eq!(s.serialize(v), CASSANDRA_509_OA);
+        let mut none = s.clone();
+        none.stats_padding = 0;
+        let b = none.serialize(v);
+        assert_eq!(b.len(), CASSANDRA_509_OA.len() - 4);
+        // (Compared as bytes: tokenSpaceCoverage is NaN, which equals nothing.)
+        let again = Statistics::parse(Path::new("s"), &b, v).unwrap();
+        assert_eq!(again.stats_padding, 0);
+        assert_eq!(again.serialize(v), b);
+    }
+
+    #[test]
+    fn stats_trailing_bytes_that_are_not_zero_are_corrupt() {
+        let v = Version::parse("oa").unwrap();
+        let mut b = CASSANDRA_509_OA.to_vec();
+        // The slot table: count, CRC, (type, offset) * count, CRC.
+        let off =
+            |i: usize| i32::from_be_bytes(b[12 + 8 * i..16 + 8 * i].try_into().unwrap()) as usize;
+        let (stats_start, stats_crc) = (off(STATS as usize), off(HEADER as usize) - 4);
+        b[stats_crc - 1] = 1;
+        let crc = crc32fast::hash(&b[stats_start..stats_crc]);
+        b[stats_crc..stats_crc + 4].copy_from_slice(&crc.to_be_bytes());
+        let e = Statistics::parse(Path::new("s"), &b, v)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("4 unexpected trailing byte(s) after STATS metadata"),
+            "{e}"
+        );
     }
 
     #[test]
