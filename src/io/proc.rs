@@ -617,6 +617,278 @@ pub fn proc_facts_for(dirs: &[&Path]) -> ProcFacts {
     }
 }
 
+/// A file's identity in every mount namespace: `(st_dev, st_ino)`. The text of a
+/// `/proc/<pid>/fd` link or of a `maps` path is the path *in the holder's* mount namespace
+/// (a bind mount, or a container that mounts the volume elsewhere, names it differently),
+/// but `stat` of `/proc/<pid>/fd/N` follows the kernel's own reference to the open file
+/// (`proc_fd_link`, a "magic link"), and `maps` carries the device and inode of each mapping.
+pub type FileId = (u64, u64);
+
+/// Every file and directory under `root` (itself excluded), by [`FileId`], and `root`'s own.
+/// Symbolic links are not followed: a link inside the tree names a file elsewhere, which
+/// Cassandra does not own through this table.
+pub fn tree_ids(root: &Path) -> Result<(FileId, std::collections::HashSet<FileId>)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(root)?;
+    let root_id = (m.dev(), m.ino());
+    let mut ids = std::collections::HashSet::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        // A directory removed or made unreadable meanwhile gives no ids: the path test
+        // of [`holders`] still covers what lies under it in our namespace.
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.filter_map(|e| e.ok()) {
+            let Ok(m) = e.metadata() else { continue };
+            if ids.insert((m.dev(), m.ino())) && m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    Ok((root_id, ids))
+}
+
+/// One mapping of `/proc/<pid>/maps` that maps a file: `address perms offset dev inode
+/// path` (proc(5)); `dev` is `major:minor` in hex, and the path runs to the end of the line,
+/// spaces included (the kernel escapes only a newline, as `\012`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub id: FileId,
+    pub path: String,
+}
+
+pub fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let mut rest = line;
+    let mut field = || {
+        let s = rest.trim_start_matches(' ');
+        let end = s.find(' ').unwrap_or(s.len());
+        let (f, r) = s.split_at(end);
+        rest = r;
+        f
+    };
+    let (_addr, _perms, _offset, dev, inode) = (field(), field(), field(), field(), field());
+    let (ma, mi) = dev.split_once(':')?;
+    let dev = libc::makedev(
+        u32::from_str_radix(ma, 16).ok()?,
+        u32::from_str_radix(mi, 16).ok()?,
+    );
+    let ino: u64 = inode.parse().ok()?;
+    // Anonymous memory: inode 0 and no file behind it.
+    if ino == 0 {
+        return None;
+    }
+    Some(Mapping {
+        id: (dev, ino),
+        path: rest.trim_start_matches(' ').to_string(),
+    })
+}
+
+/// `FLOCK` lines of `/proc/locks` (`1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF`,
+/// device in hex): (pid, file). Waiters (`1: -> FLOCK ...`) hold nothing and are skipped.
+pub fn parse_flocks(text: &str) -> Vec<(u32, FileId)> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 6 || f[1] != "FLOCK" {
+                return None;
+            }
+            let pid = f[4].parse().ok()?;
+            let mut id = f[5].split(':');
+            let ma = u32::from_str_radix(id.next()?, 16).ok()?;
+            let mi = u32::from_str_radix(id.next()?, 16).ok()?;
+            let ino = id.next()?.parse().ok()?;
+            Some((pid, (libc::makedev(ma, mi), ino)))
+        })
+        .collect()
+}
+
+/// A process that holds (has open, or maps) a file under a directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: u32,
+    /// Its command line, arguments separated by spaces.
+    pub cmd: String,
+    /// What it holds, as it names it (`fd 3 -> /its/path` or `map /its/path`).
+    pub what: String,
+    /// It also holds a `flock` on the directory or one below it: another cleave (cleave
+    /// locks table directories, `io::lock`; Cassandra takes no `flock` on them).
+    pub locks_the_tree: bool,
+}
+
+/// Processes other than this one that hold a file under `root` (the directory itself
+/// excluded: a cleave holds it open to `flock` it), in any mount namespace: by
+/// [`FileId`] against every file now under `root`, and by path under `root` in our own
+/// namespace (which also catches a file deleted since it was opened).
+pub fn holders(root: &Path) -> Vec<Holder> {
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let (root_id, ids) = tree_ids(&root).unwrap_or(((u64::MAX, u64::MAX), Default::default()));
+    let held = |id: FileId| id != root_id && ids.contains(&id);
+    let under = |p: &Path| p.starts_with(&root) && p != root;
+    let flocks = std::fs::read_to_string("/proc/locks")
+        .map(|t| parse_flocks(&t))
+        .unwrap_or_default();
+    let me = std::process::id();
+    let mut found = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for p in procs.filter_map(|e| e.ok()) {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let mut what = None;
+        if let Ok(fds) = std::fs::read_dir(p.path().join("fd")) {
+            what = fds.filter_map(|e| e.ok()).find_map(|fd| {
+                let link = std::fs::read_link(fd.path()).unwrap_or_default();
+                // stat, never open: an fd may be a FIFO or a device.
+                let by_id = std::fs::metadata(fd.path()).is_ok_and(|m| held((m.dev(), m.ino())));
+                (by_id || under(&link)).then(|| {
+                    format!(
+                        "fd {} -> {}",
+                        fd.file_name().to_string_lossy(),
+                        link.display()
+                    )
+                })
+            });
+        }
+        if what.is_none() {
+            if let Ok(maps) = std::fs::read_to_string(p.path().join("maps")) {
+                what = maps.lines().filter_map(parse_maps_line).find_map(|m| {
+                    let path = m.path.strip_suffix(" (deleted)").unwrap_or(&m.path);
+                    (held(m.id) || under(Path::new(path))).then(|| format!("map {}", m.path))
+                });
+            }
+        }
+        let Some(what) = what else { continue };
+        let cmd = std::fs::read(p.path().join("cmdline"))
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .replace('\0', " ")
+                    .trim()
+                    .to_string()
+            })
+            .unwrap_or_default();
+        let locks_the_tree = flocks
+            .iter()
+            .any(|&(lp, id)| lp == pid && (id == root_id || ids.contains(&id)));
+        found.push(Holder {
+            pid,
+            cmd,
+            what,
+            locks_the_tree,
+        });
+    }
+    found
+}
+
+/// What this process observes about its place in its PID namespace, for
+/// [`judge_container_init`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitFacts {
+    /// `getpid()`: our pid in our own PID namespace.
+    pub pid: u32,
+    /// The pid `/proc/self` names: equal to `pid` only when `/proc` is our namespace's.
+    pub proc_self: Option<u32>,
+    /// The inode of our PID namespace (`/proc/self/ns/pid`).
+    pub pid_ns: Option<u64>,
+    /// Every other pid `/proc` lists.
+    pub others: Vec<u32>,
+}
+
+pub fn init_facts() -> InitFacts {
+    let pid = std::process::id();
+    let proc_self = std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str().and_then(|s| s.parse().ok()));
+    let others = std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+                .filter(|&p| p != pid)
+                .collect()
+        })
+        .unwrap_or_default();
+    InitFacts {
+        pid,
+        proc_self,
+        pid_ns: ns_inode(Path::new("/proc/self/ns/pid")),
+        others,
+    }
+}
+
+/// `Ok` when this process is the first and only process of a PID namespace of its own —
+/// the main process of a container that has just started, as the chart's init container
+/// `cleave apply-pending` is (the image's entrypoint is cleave) — or why not.
+///
+/// What this rules out: a process started inside a *running* container (`kubectl exec`,
+/// `docker exec`, a child of Cassandra or of the sidecar) joins a namespace whose PID 1
+/// already exists, so it is never PID 1 and never alone; nor is a process on the host (the
+/// initial PID namespace). No flag or environment variable can make a process PID 1.
+pub fn judge_container_init(f: &InitFacts) -> std::result::Result<(), String> {
+    if f.pid_ns == Some(PROC_PID_INIT_INO) {
+        return Err("it runs in the host's PID namespace".into());
+    }
+    if f.pid != 1 {
+        return Err(format!(
+            "it is pid {} of its PID namespace, not its first process (started inside a running container, e.g. by kubectl exec)",
+            f.pid
+        ));
+    }
+    if f.proc_self != Some(f.pid) {
+        return Err(format!(
+            "/proc is not its PID namespace's (/proc/self is {:?})",
+            f.proc_self
+        ));
+    }
+    if let Some(p) = f.others.first() {
+        return Err(format!(
+            "its PID namespace holds {} other process(es), e.g. pid {p}",
+            f.others.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the file at `path` is open (or mapped) by anyone but this call, in any process
+/// of the machine, whatever its PID or mount namespace: the kernel grants a write lease
+/// (`fcntl(F_SETLEASE, F_WRLCK)`, fcntl(2)) only on a file no other open file description
+/// refers to (`check_conflicting_open` in fs/locks.c: the inode's read and write counts
+/// must be ours alone; a mapping keeps its file open, so it counts too). Needs the file's
+/// owner as fsuid, or CAP_LEASE (else `EACCES`); leases may be disabled
+/// (`/proc/sys/fs/leases-enable`, `EINVAL`). The lease is dropped at once.
+pub fn open_elsewhere(path: &Path) -> Result<bool> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    // A lease is broken by the next open elsewhere, which signals the lease's owner (us)
+    // with SIGIO, whose default action ends the process: ignore it while we hold one.
+    // SAFETY: SIG_IGN installs no handler; the previous action is restored below.
+    let old = unsafe { libc::signal(libc::SIGIO, libc::SIG_IGN) };
+    // SAFETY: fcntl on a descriptor we own, with integer arguments only.
+    let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) };
+    let err = Error::last_os_error();
+    if rc == 0 {
+        // SAFETY: as above.
+        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    }
+    drop(f);
+    // SAFETY: restores the action `signal` returned.
+    unsafe { libc::signal(libc::SIGIO, old) };
+    match rc {
+        0 => Ok(false),
+        _ if err.raw_os_error() == Some(libc::EAGAIN) => Ok(true),
+        _ => Err(err),
+    }
+}
+
 #[cfg(test)]
 mod visibility_tests {
     use super::*;
@@ -798,5 +1070,133 @@ mod visibility_tests {
         let f = proc_facts();
         assert!(f.processes >= 1);
         assert!(f.pid_ns.is_some());
+    }
+}
+
+#[cfg(test)]
+mod holder_tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_keep_device_inode_and_a_path_with_spaces() {
+        let l = "7f1c2a000000-7f1c2a080000 r--s 00000000 fd:01 1234567                    /var/lib/cassandra data/ks/t-1/nb-1-big-Data.db";
+        let m = parse_maps_line(l).unwrap();
+        assert_eq!(m.id, (libc::makedev(0xfd, 0x01), 1234567));
+        assert_eq!(m.path, "/var/lib/cassandra data/ks/t-1/nb-1-big-Data.db");
+        // A device number above 9 is hex (major 259 = 0x103).
+        let m = parse_maps_line("00400000-00452000 r-xp 00000000 103:0a 42 /bin/x").unwrap();
+        assert_eq!(m.id, (libc::makedev(259, 10), 42));
+        // Anonymous memory and the heap are no file.
+        assert_eq!(
+            parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0                  [stack]"),
+            None
+        );
+        assert_eq!(
+            parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0"),
+            None
+        );
+        assert_eq!(parse_maps_line("garbage"), None);
+    }
+
+    #[test]
+    fn flock_lines_give_pid_and_file() {
+        let t = "1: FLOCK  ADVISORY  WRITE 4242 fd:01:77 0 EOF\n1: -> FLOCK  ADVISORY  WRITE 9 fd:01:77 0 EOF\n2: POSIX  ADVISORY  WRITE 5 08:01:9 0 EOF\n";
+        assert_eq!(parse_flocks(t), vec![(4242, (libc::makedev(0xfd, 1), 77))]);
+    }
+
+    #[test]
+    fn this_process_finds_a_file_it_maps_without_fd_by_inode() {
+        use std::os::fd::AsRawFd;
+        let d = tempfile::tempdir().unwrap();
+        let sub = d.path().join("with space");
+        std::fs::create_dir(&sub).unwrap();
+        let p = sub.join("f");
+        std::fs::write(&p, b"x").unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        // SAFETY: a one-page read-only mapping of a file we opened, unmapped below.
+        let m = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                1,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(m, libc::MAP_FAILED);
+        drop(f);
+        let (_, ids) = tree_ids(d.path()).unwrap();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let found: Vec<Mapping> = maps
+            .lines()
+            .filter_map(parse_maps_line)
+            .filter(|m| ids.contains(&m.id))
+            .collect();
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(m, 1) };
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(Path::new(&found[0].path), p);
+    }
+
+    #[test]
+    fn only_the_first_and_only_process_of_a_pid_namespace_is_an_init_container() {
+        let init = InitFacts {
+            pid: 1,
+            proc_self: Some(1),
+            pid_ns: Some(4026532500),
+            others: vec![],
+        };
+        assert_eq!(judge_container_init(&init), Ok(()));
+        let no = |f: InitFacts, why: &str| {
+            let e = judge_container_init(&f).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        };
+        // kubectl exec into a running container: PID 1 is someone else.
+        no(
+            InitFacts {
+                pid: 7,
+                proc_self: Some(7),
+                others: vec![1],
+                ..init.clone()
+            },
+            "not its first process",
+        );
+        no(
+            InitFacts {
+                others: vec![12],
+                ..init.clone()
+            },
+            "other process",
+        );
+        no(
+            InitFacts {
+                proc_self: Some(4242),
+                ..init.clone()
+            },
+            "/proc is not",
+        );
+        no(
+            InitFacts {
+                pid_ns: Some(PROC_PID_INIT_INO),
+                ..init
+            },
+            "host",
+        );
+    }
+
+    #[test]
+    fn a_write_lease_sees_another_open_of_the_file() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, b"x").unwrap();
+        assert!(!open_elsewhere(&p).unwrap());
+        let f = std::fs::File::open(&p).unwrap();
+        assert!(
+            open_elsewhere(&p).unwrap(),
+            "our own other descriptor counts"
+        );
+        drop(f);
+        assert!(!open_elsewhere(&p).unwrap());
     }
 }

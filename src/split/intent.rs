@@ -709,7 +709,7 @@ pub fn run_on_restart(data_dir: &Path, opts: &ApplyOptions) -> Result<ApplyRepor
     }
     // The proof is what lets `replace_all` publish, with one syncfs (docs/split.md
     // "Durability"): the children were made durable one file at a time when pended.
-    let stopped = super::guard::cassandra_stopped(&[data_dir])?;
+    let stopped = super::guard::cassandra_not_started(&[data_dir])?;
     point("apply:guarded");
     for t in &tables {
         // `recover` takes the table lock itself (and gives it back): first, then ours.

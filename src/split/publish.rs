@@ -307,54 +307,13 @@ fn append(log: &Path, line: &str, sync: bool) -> Result<()> {
 
 /// Processes whose open files or memory maps lie under `data_root`: a running Cassandra
 /// cannot see files created behind its back and would collide on generation ids, so
-/// `Replace` refuses while any exists. Read from `/proc/<pid>/fd` and `/proc/<pid>/maps`.
+/// `Replace` refuses while any exists. Matched by device and inode, so a holder in another
+/// mount namespace or through a bind mount counts (`io::proc::holders`).
 pub fn processes_holding(data_root: &Path) -> Vec<(u32, String)> {
-    let root = fs::canonicalize(data_root).unwrap_or_else(|_| data_root.to_path_buf());
-    let me = std::process::id();
-    let mut found = Vec::new();
-    let Ok(procs) = fs::read_dir("/proc") else {
-        return found;
-    };
-    for p in procs.filter_map(|e| e.ok()) {
-        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let mut holds = false;
-        if let Ok(fds) = fs::read_dir(p.path().join("fd")) {
-            holds = fds
-                .filter_map(|e| e.ok())
-                // The directory itself is not a file of it: another cleave holds it open
-                // to flock it (and is told Busy), which must not stop this one.
-                .any(|fd| {
-                    fs::read_link(fd.path()).is_ok_and(|t| t.starts_with(&root) && t != root)
-                });
-        }
-        if !holds {
-            if let Ok(maps) = fs::read_to_string(p.path().join("maps")) {
-                let r = root.to_string_lossy();
-                holds = maps.lines().any(|l| {
-                    l.split_whitespace()
-                        .nth(5)
-                        .is_some_and(|f| f.starts_with(r.as_ref()))
-                });
-            }
-        }
-        if holds {
-            let cmd = fs::read(p.path().join("cmdline"))
-                .map(|b| {
-                    String::from_utf8_lossy(&b)
-                        .replace('\0', " ")
-                        .trim()
-                        .to_string()
-                })
-                .unwrap_or_default();
-            found.push((pid, cmd));
-        }
-    }
-    found
+    crate::io::proc::holders(data_root)
+        .into_iter()
+        .map(|h| (h.pid, h.cmd))
+        .collect()
 }
 
 /// Crash injection for tests (`CLEAVE_CRASH_AT=<point>`, see `io::fault`): the points of

@@ -222,7 +222,12 @@ The init container of the sidecar shape: `cleave apply-pending` publishes the in
 before Cassandra starts. Same image, user and data mount as the cleave container; it needs
 no capability (every process it could see in the pod's PID namespace at this point is the
 pause process or another init container, which the guard ignores: they cannot hold the
-data volume's files).
+data volume's files). Without shareProcessNamespace (K8ssandraCluster cannot set it) it is
+the first and only process of its own PID namespace, which the guard accepts as the init
+container's proof (the kubelet starts no app container before the init containers have
+completed), with a write lease on every data file, granted to the files' owner (UID 999)
+only if no process of the node has it open. So: `args` only, never a `command` wrapper
+(cleave must be the entrypoint, PID 1), and the Cassandra UID.
 */}}
 {{- define "cleave.applyPendingInit" -}}
 {{- $v := .Values -}}
