@@ -121,7 +121,7 @@ fn compile(version: &str) -> Result<Oracle, String> {
     if !classes.join("Oracle.class").is_file() {
         // Compiled into a private directory, then renamed: concurrent test binaries never
         // see half a compilation.
-        let tmp = classes.with_extension(format!("tmp{}", std::process::id()));
+        let tmp = private(&classes);
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
         let out = Command::new("javac")
@@ -147,6 +147,16 @@ fn compile(version: &str) -> Result<Oracle, String> {
         opts,
         classpath: format!("{}:{cp}", classes.display()),
     })
+}
+
+/// A private sibling of `path` for this process and call (threads of one test binary write
+/// different parents at once), renamed onto `path` when complete.
+fn private(path: &Path) -> PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".tmp{}-{n}", std::process::id()));
+    path.with_file_name(name)
 }
 
 /// How a parent is written (`Oracle write`'s options).
@@ -281,7 +291,7 @@ impl Oracle {
         if base.join(".done").is_file() {
             return table;
         }
-        let tmp = base.with_extension(format!("tmp{}", std::process::id()));
+        let tmp = private(&base);
         let _ = std::fs::remove_dir_all(&tmp);
         let ttable = tmp.join("oracle").join(family);
         std::fs::create_dir_all(&ttable).unwrap();
