@@ -130,7 +130,14 @@ fn cut(
 
     // split --parts 3
     let out = mk("parts");
-    let mut a = vec![s("split"), s(parent), s("--out"), s(&out), s("--parts"), s("3")];
+    let mut a = vec![
+        s("split"),
+        s(parent),
+        s("--out"),
+        s(&out),
+        s("--parts"),
+        s("3"),
+    ];
     a.extend(tgt.iter().map(s));
     a.push(s("--json"));
     run(&a)?;
@@ -146,7 +153,14 @@ fn cut(
     // split --tokens t1,t2
     let out = mk("tokens");
     let toks = format!("{t1},{t2}");
-    let mut a = vec![s("split"), s(parent), s("--out"), s(&out), s("--tokens"), s(&toks)];
+    let mut a = vec![
+        s("split"),
+        s(parent),
+        s("--out"),
+        s(&out),
+        s("--tokens"),
+        s(&toks),
+    ];
     a.extend(tgt.iter().map(s));
     a.push(s("--json"));
     run(&a)?;
@@ -222,14 +236,22 @@ fn cut(
     let mut extra = vec!["--transfer-prefix", &prefix, "--ranges", &ranges];
     extra.extend(tgt.iter().copied());
     let sent = stream.send(&[parent], &extra);
-    if !sent.ok && sent.stderr.contains("range children need compressed chunks") {
+    if !sent.ok
+        && sent
+            .stderr
+            .contains("range children need compressed chunks")
+    {
         // Documented (docs/stream.md): an uncompressed parent has no chunks to carry.
         refused.push(format!("{tag} RangeStream (uncompressed)"));
     } else if !sent.ok {
         return Err(sent.stderr);
     }
     let mut children = Vec::new();
-    let sent_json = if sent.ok { sent.json() } else { serde_json::json!([]) };
+    let sent_json = if sent.ok {
+        sent.json()
+    } else {
+        serde_json::json!([])
+    };
     for (i, c) in sent_json.as_array().unwrap().iter().enumerate() {
         assert_eq!(c["verdict"]["ok"], true, "{tag}: {c}");
         let d = c["verdict"]["published"]
@@ -326,7 +348,12 @@ fn judge(d: &Dump, c: &Case) -> usize {
                 .collect();
             let inside = toks.iter().all(|&t| l < t && t <= r);
             let outside = toks.iter().all(|&t| !(l < t && t <= r));
-            assert!(inside || outside, "{}: {} mixes labels", c.name, ch.display());
+            assert!(
+                inside || outside,
+                "{}: {} mixes labels",
+                c.name,
+                ch.display()
+            );
             let want_at = if inside { at.to_string() } else { "0".into() };
             assert_eq!(
                 f.meta.get("repaired_at"),
@@ -354,7 +381,8 @@ fn judge(d: &Dump, c: &Case) -> usize {
 /// children judged by `reader_line`'s reader (targets: cleave's default and the reader's
 /// version); prints the matrix counts.
 fn matrix(test: &str, reader_line: &str, writer_line: &str) {
-    let (Some(or), Some(wr)) = (oracle_for(test, reader_line), oracle_for(test, writer_line)) else {
+    let (Some(or), Some(wr)) = (oracle_for(test, reader_line), oracle_for(test, writer_line))
+    else {
         return;
     };
     let version = or.version.clone();
@@ -373,7 +401,11 @@ fn matrix(test: &str, reader_line: &str, writer_line: &str) {
         let cached = wr.write_parent(f, &o);
         let files = copy_table(&cached, &table_dir(&work.path().join("parent"), f));
         assert_eq!(files.len(), 1, "{f}: one parent sstable: {files:?}");
-        let want = if wr.version.starts_with("5.") { "oa-" } else { "nb-" };
+        let want = if wr.version.starts_with("5.") {
+            "oa-"
+        } else {
+            "nb-"
+        };
         let name = files[0].file_name().unwrap().to_string_lossy().to_string();
         assert!(name.starts_with(want), "{} writes {name}", wr.version);
         parents.insert(f, (files[0].clone(), o));
@@ -401,7 +433,11 @@ fn matrix(test: &str, reader_line: &str, writer_line: &str) {
                 parent,
                 &tokens,
                 target,
-                if target.is_some() { &stream_own } else { &stream_default },
+                if target.is_some() {
+                    &stream_own
+                } else {
+                    &stream_default
+                },
                 &mut cases,
                 &tag,
                 &mut refused,
@@ -427,7 +463,12 @@ fn matrix(test: &str, reader_line: &str, writer_line: &str) {
     let mut per_op: BTreeMap<String, usize> = BTreeMap::new();
     for c in &cases {
         fillers += judge(&d, c);
-        let op = c.name.split_once(' ').map(|x| x.1).unwrap_or("").to_string();
+        let op = c
+            .name
+            .split_once(' ')
+            .map(|x| x.1)
+            .unwrap_or("")
+            .to_string();
         *per_op.entry(op).or_default() += 1;
     }
     eprintln!(
@@ -480,16 +521,31 @@ fn oracle_for(test: &str, line: &str) -> Option<Oracle> {
         if common::oracle_java::strict() {
             panic!("{test}: no Cassandra {line} pinned by scripts/cassandra-testenv.sh versions");
         }
-        eprintln!("SKIP {test}: no Cassandra {line} installed (scripts/cassandra-testenv.sh install)");
+        eprintln!(
+            "SKIP {test}: no Cassandra {line} installed (scripts/cassandra-testenv.sh install)"
+        );
         return None;
     };
     oracle_or_skip(test, &version)
 }
 
 /// `split --parts 3` of `parent` into `<work>/<tag>/oracle/<family>` with `extra` flags.
-fn split_parts(work: &Path, tag: &str, family: &str, parent: &Path, extra: &[&str]) -> Vec<PathBuf> {
+fn split_parts(
+    work: &Path,
+    tag: &str,
+    family: &str,
+    parent: &Path,
+    extra: &[&str],
+) -> Vec<PathBuf> {
     let out = table_dir(&work.join(tag), family);
-    let mut a = vec![s("split"), s(parent), s("--out"), s(&out), s("--parts"), s("3")];
+    let mut a = vec![
+        s("split"),
+        s(parent),
+        s("--out"),
+        s(&out),
+        s("--parts"),
+        s("3"),
+    ];
     a.extend(extra.iter().map(s));
     a.push(s("--json"));
     run(&a).unwrap_or_else(|e| panic!("split {tag}: {e}"));
@@ -516,7 +572,9 @@ fn oracle_rejects_a_flipped_byte_in_a_chunk() {
     let kids = split_parts(work.path(), "kids", "uuid_plain", &parent[0], &[]);
     let child = &kids[1];
     let good = or.dump(std::slice::from_ref(child));
-    assert!(!good.rows(std::slice::from_ref(child), Pass::Index).is_empty());
+    assert!(!good
+        .rows(std::slice::from_ref(child), Pass::Index)
+        .is_empty());
     let mut bytes = std::fs::read(child).unwrap();
     let at = bytes.len() / 2;
     bytes[at] ^= 0x40;
@@ -577,7 +635,11 @@ fn oracle_catches_a_missing_partition() {
     let d = or.dump(&kids);
     for pass in [Pass::Index, Pass::Linear] {
         let got = d.rows(&kids, pass);
-        assert_ne!(digest(&got), digest(&prow), "{pass:?}: the digest missed it");
+        assert_ne!(
+            digest(&got),
+            digest(&prow),
+            "{pass:?}: the digest missed it"
+        );
         let missing: Vec<_> = prow.iter().filter(|p| !got.contains(p)).collect();
         assert_eq!(missing.len(), 1, "{pass:?}");
         assert_eq!(missing[0].token, victim);
@@ -608,7 +670,13 @@ fn oracle_dead_prefix_child_on_5_0_9_scanner() {
     // A 4.1 `nb` parent: every one of the three versions reads it.
     let cached = o41.write_parent(fam, &WriteOpts::default());
     let parent = copy_table(&cached, &table_dir(&work.path().join("p"), fam));
-    let kids = split_parts(work.path(), "k41", fam, &parent[0], &["--target-cassandra", "4.1"]);
+    let kids = split_parts(
+        work.path(),
+        "k41",
+        fam,
+        &parent[0],
+        &["--target-cassandra", "4.1"],
+    );
     let mut files = parent.clone();
     files.extend(kids.iter().cloned());
     for or in [&o41, &o504] {
@@ -631,7 +699,13 @@ fn oracle_dead_prefix_child_on_5_0_9_scanner() {
             let garbled = got.iter().filter(|p| !want.contains(p)).count();
             let empties: usize = kids
                 .iter()
-                .map(|k| d.of(k, Pass::Linear).partitions.iter().filter(|p| p.is_empty()).count())
+                .map(|k| {
+                    d.of(k, Pass::Linear)
+                        .partitions
+                        .iter()
+                        .filter(|p| p.is_empty())
+                        .count()
+                })
                 .sum();
             eprintln!(
                 "5.0.9 getScanner() on dead-prefix children: {} partitions read, {lost} lost, \
@@ -639,7 +713,10 @@ fn oracle_dead_prefix_child_on_5_0_9_scanner() {
                 got.len(),
                 got.iter().find(|p| !want.contains(p))
             );
-            assert_ne!(got, want, "5.0.9's linear scanner read the dead-prefix children correctly");
+            assert_ne!(
+                got, want,
+                "5.0.9's linear scanner read the dead-prefix children correctly"
+            );
         }
     }
 }

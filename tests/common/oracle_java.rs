@@ -265,7 +265,10 @@ pub fn digest(rows: &[Partition]) -> u64 {
 impl Oracle {
     fn java(&self) -> Command {
         let mut c = Command::new(&self.java);
-        c.args(&self.opts).arg("-cp").arg(&self.classpath).arg("Oracle");
+        c.args(&self.opts)
+            .arg("-cp")
+            .arg(&self.classpath)
+            .arg("Oracle");
         c
     }
 
@@ -422,7 +425,9 @@ fn parse_dump(text: &str) -> Dump {
         assert_eq!(f.len(), 4, "dump line: {line}");
         let cur = d.files.last_mut().expect("a partition before any header");
         cur.partitions.push(Partition {
-            token: f[0].parse().unwrap_or_else(|e| panic!("token {}: {e}", f[0])),
+            token: f[0]
+                .parse()
+                .unwrap_or_else(|e| panic!("token {}: {e}", f[0])),
             key_hex: f[1].to_string(),
             key_text: f[2].to_string(),
             body: f[3].to_string(),
