@@ -7,6 +7,7 @@
 
 pub mod k8s;
 pub mod mgmt;
+pub mod oracle_java;
 pub mod stream;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,796 @@
+//! Stock Cassandra judges every child, offline (issue 30): parents written by Cassandra's own
+//! `CQLSSTableWriter` (`oracle/Oracle.java`) for each schema family, cut by every cleave
+//! operation — `split --parts`, `split --tokens`, anticompaction (`--ranges --repaired-at`),
+//! `cleanup --publish stage`, a RangeStream (`stream serve` + `stream send --ranges` over
+//! loopback) and `rewrite` —, with the default target and with `--target-cassandra <the
+//! reading version>`; then Cassandra's reader (the same program's `dump`) reads the children
+//! through the index and linearly from position 0 (`getScanner()`), and both passes must equal
+//! the parent's rows in the children's ranges. One test per Cassandra version, two JVMs each
+//! (the parents, then every child at once). The negative controls show the oracle can fail.
+//!
+//! Without the installed versions (`scripts/cassandra-testenv.sh install`) the tests skip
+//! saying why, except under `CI=true`, where they fail.
+// Always true here; said so that clippy.toml's allow-unwrap-in-tests covers the helpers too
+// (rust-clippy#11119).
+#![cfg(test)]
+
+mod common;
+
+use common::oracle_java::{digest, oracle_or_skip, version_of, Dump, Oracle, Pass, WriteOpts};
+use common::{cleave_bin, copy_sstable, data_files};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The schema families (oracle/Oracle.java `families()`); the `tomb_*` ones need DELETE in
+/// CQLSSTableWriter, which 4.0 lacks (CASSANDRA-14797 is 4.1).
+const FAMILIES: [&str; 12] = [
+    "uuid_plain",
+    "timeuuid_ck",
+    "int_ck2desc",
+    "bigint_static",
+    "text_coll",
+    "blob_ck",
+    "text_int",
+    "int_bigint",
+    "tomb_row",
+    "tomb_range",
+    "tomb_partition",
+    "tomb_cell",
+];
+
+/// Codec and chunk size per family, cycling so every codec and chunk size is covered on every
+/// version. Zstd is written by Cassandra but not decoded by cleave: those parents assert a clean
+/// refusal instead.
+fn write_opts(i: usize) -> WriteOpts {
+    let codecs = ["lz4", "snappy", "deflate", "none", "lz4", "zstd"];
+    let chunks = [4, 16, 64];
+    WriteOpts {
+        partitions: 600,
+        compression: codecs[i % codecs.len()],
+        chunk_kb: chunks[i % chunks.len()],
+        seed: 30 + i as u64,
+        ..WriteOpts::default()
+    }
+}
+
+/// A cut of one parent: the children cleave wrote and which of the parent's tokens they hold.
+struct Case {
+    name: String,
+    parent: PathBuf,
+    children: Vec<PathBuf>,
+    /// `(l, r]` ranges of the parent's tokens the children must hold (all of them if empty).
+    ranges: Vec<(i64, i64)>,
+    /// Anticompaction: `(l, r]` repaired at this time; every other child unrepaired.
+    repaired: Option<((i64, i64), i64)>,
+}
+
+fn in_ranges(ranges: &[(i64, i64)], t: i64) -> bool {
+    ranges.is_empty() || ranges.iter().any(|&(l, r)| l < t && t <= r)
+}
+
+fn run(args: &[&std::ffi::OsStr]) -> Result<serde_json::Value, String> {
+    let out = Command::new(cleave_bin()).args(args).output().unwrap();
+    if !out.status.success() {
+        // With --json the error report is on stdout.
+        return Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null))
+}
+
+fn s<T: AsRef<std::ffi::OsStr> + ?Sized>(x: &T) -> &std::ffi::OsStr {
+    x.as_ref()
+}
+
+/// `<dir>/oracle/<family>`: Cassandra's Descriptor takes keyspace and table from the two
+/// directories above the file.
+fn table_dir(dir: &Path, family: &str) -> PathBuf {
+    let d = dir.join("oracle").join(family);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Copies the parent table directory (all sstables) into `dir`.
+fn copy_table(src: &Path, dir: &Path) -> Vec<PathBuf> {
+    data_files(src)
+        .iter()
+        .map(|d| copy_sstable(d, dir))
+        .collect()
+}
+
+/// The quantile `q` of the sorted tokens.
+fn tok(tokens: &[i64], q: f64) -> i64 {
+    tokens[((tokens.len() - 1) as f64 * q) as usize]
+}
+
+/// Runs every operation on `parent` for `target` (`None`: cleave's default, `unknown`), pushing
+/// the cases; `Err` with cleave's message when cleave refuses the parent.
+#[allow(clippy::too_many_arguments)]
+fn cut(
+    work: &Path,
+    family: &str,
+    parent: &Path,
+    tokens: &[i64],
+    target: Option<&str>,
+    stream: &common::stream::StreamPair,
+    cases: &mut Vec<Case>,
+    tag: &str,
+    refused: &mut Vec<String>,
+) -> Result<(), String> {
+    let tgt: Vec<&str> = match target {
+        Some(t) => vec!["--target-cassandra", t],
+        None => vec![],
+    };
+    let t0 = tok(tokens, 0.1);
+    let t1 = tok(tokens, 0.35);
+    let t2 = tok(tokens, 0.65);
+    let t3 = tok(tokens, 0.9);
+    let mk = |op: &str| table_dir(&work.join(format!("{tag}-{op}")), family);
+
+    // split --parts 3
+    let out = mk("parts");
+    let mut a = vec![
+        s("split"),
+        s(parent),
+        s("--out"),
+        s(&out),
+        s("--parts"),
+        s("3"),
+    ];
+    a.extend(tgt.iter().map(s));
+    a.push(s("--json"));
+    run(&a)?;
+    let parts_children = data_files(&out);
+    cases.push(Case {
+        name: format!("{tag} split --parts 3"),
+        parent: parent.into(),
+        children: parts_children.clone(),
+        ranges: vec![],
+        repaired: None,
+    });
+
+    // split --tokens t1,t2
+    let out = mk("tokens");
+    let toks = format!("{t1},{t2}");
+    let mut a = vec![
+        s("split"),
+        s(parent),
+        s("--out"),
+        s(&out),
+        s("--tokens"),
+        s(&toks),
+    ];
+    a.extend(tgt.iter().map(s));
+    a.push(s("--json"));
+    run(&a)?;
+    cases.push(Case {
+        name: format!("{tag} split --tokens"),
+        parent: parent.into(),
+        children: data_files(&out),
+        ranges: vec![],
+        repaired: None,
+    });
+
+    // anticompaction: (t1, t2] repaired
+    let out = mk("anti");
+    let ry = work.join(format!("{tag}-anti.yaml"));
+    std::fs::write(&ry, format!("- {{start: \"{t1}\", end: \"{t2}\"}}\n")).unwrap();
+    let at = 1_700_000_000_123i64;
+    let ats = at.to_string();
+    let mut a = vec![
+        s("split"),
+        s(parent),
+        s("--out"),
+        s(&out),
+        s("--ranges"),
+        s(&ry),
+        s("--repaired-at"),
+        s(&ats),
+    ];
+    a.extend(tgt.iter().map(s));
+    a.push(s("--json"));
+    run(&a)?;
+    cases.push(Case {
+        name: format!("{tag} anticompaction"),
+        parent: parent.into(),
+        children: data_files(&out),
+        ranges: vec![],
+        repaired: Some(((t1, t2), at)),
+    });
+
+    // cleanup --publish stage: owned (t0, t1] and (t2, t3]
+    let src = table_dir(&work.join(format!("{tag}-cleanup-src")), family);
+    copy_table(parent.parent().unwrap(), &src);
+    let out = mk("cleanup");
+    let oy = work.join(format!("{tag}-owned.yaml"));
+    std::fs::write(
+        &oy,
+        format!("- {{start: \"{t0}\", end: \"{t1}\"}}\n- {{start: \"{t2}\", end: \"{t3}\"}}\n"),
+    )
+    .unwrap();
+    let mut a = vec![
+        s("cleanup"),
+        s(&src),
+        s("--owned-ranges"),
+        s(&oy),
+        s("--publish"),
+        s("stage"),
+        s("--out"),
+        s(&out),
+    ];
+    a.extend(tgt.iter().map(s));
+    a.push(s("--json"));
+    run(&a)?;
+    cases.push(Case {
+        name: format!("{tag} cleanup --publish stage"),
+        parent: parent.into(),
+        children: data_files(&out),
+        ranges: vec![(t0, t1), (t2, t3)],
+        repaired: None,
+    });
+
+    // RangeStream: the receiver's children of (t0, t1] and (t2, t3]
+    let ranges = format!("{t0}:{t1},{t2}:{t3}");
+    let prefix = format!("{tag}-{family}").replace(['.', '_'], "x");
+    let mut extra = vec!["--transfer-prefix", &prefix, "--ranges", &ranges];
+    extra.extend(tgt.iter().copied());
+    let sent = stream.send(&[parent], &extra);
+    if !sent.ok
+        && sent
+            .stderr
+            .contains("range children need compressed chunks")
+    {
+        // Documented (docs/stream.md): an uncompressed parent has no chunks to carry.
+        refused.push(format!("{tag} RangeStream (uncompressed)"));
+    } else if !sent.ok {
+        return Err(sent.stderr);
+    }
+    let mut children = Vec::new();
+    let sent_json = if sent.ok {
+        sent.json()
+    } else {
+        serde_json::json!([])
+    };
+    for (i, c) in sent_json.as_array().unwrap().iter().enumerate() {
+        assert_eq!(c["verdict"]["ok"], true, "{tag}: {c}");
+        let d = c["verdict"]["published"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| PathBuf::from(p.as_str().unwrap()))
+            .find(|p| p.to_string_lossy().ends_with("-Data.db"))
+            .unwrap();
+        // Each child into its own `oracle/<family>` so Cassandra's Descriptor parses it.
+        children.push(copy_sstable(
+            &d,
+            &table_dir(&work.join(format!("{tag}-stream{i}")), family),
+        ));
+    }
+    if sent.ok {
+        cases.push(Case {
+            name: format!("{tag} RangeStream"),
+            parent: parent.into(),
+            children,
+            ranges: vec![(t0, t1), (t2, t3)],
+            repaired: None,
+        });
+    }
+
+    // rewrite --force of each --parts child (the dead-prefixed ones of a 4.x/5.0.4 target
+    // come back starting at position 0)
+    let out = mk("rewrite");
+    for c in &parts_children {
+        run(&[
+            s("rewrite"),
+            s(c),
+            s("--publish"),
+            s("stage"),
+            s("--out"),
+            s(&out),
+            s("--force"),
+            s("--json"),
+        ])?;
+    }
+    cases.push(Case {
+        name: format!("{tag} rewrite"),
+        parent: parent.into(),
+        children: data_files(&out),
+        ranges: vec![],
+        repaired: None,
+    });
+    Ok(())
+}
+
+/// Checks one case against Cassandra's reading of the parent and the children; the number of
+/// filler (empty) partitions Cassandra saw in the children.
+fn judge(d: &Dump, c: &Case) -> usize {
+    let parent = d.rows(std::slice::from_ref(&c.parent), Pass::Index);
+    assert_eq!(
+        parent,
+        d.rows(std::slice::from_ref(&c.parent), Pass::Linear),
+        "{}: the parent's passes differ",
+        c.name
+    );
+    let want: Vec<_> = parent
+        .into_iter()
+        .filter(|p| in_ranges(&c.ranges, p.token))
+        .collect();
+    assert!(!want.is_empty(), "{}: nothing expected", c.name);
+    assert!(!c.children.is_empty(), "{}: no children", c.name);
+    for pass in [Pass::Index, Pass::Linear] {
+        let got = d.rows(&c.children, pass);
+        if got != want {
+            let missing = want.iter().filter(|p| !got.contains(p)).count();
+            let extra = got.iter().filter(|p| !want.contains(p)).count();
+            panic!(
+                "{}: Cassandra's {pass:?} pass of {:?} reads {} partitions (digest {:016x}), \
+                 the parent has {} in range (digest {:016x}): {missing} missing, {extra} not \
+                 the parent's; first extra: {:?}",
+                c.name,
+                c.children,
+                got.len(),
+                digest(&got),
+                want.len(),
+                digest(&want),
+                got.iter().find(|p| !want.contains(p))
+            );
+        }
+    }
+    if let Some(((l, r), at)) = c.repaired {
+        for ch in &c.children {
+            let f = d.of(ch, Pass::Index);
+            let toks: Vec<i64> = f
+                .partitions
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| p.token)
+                .collect();
+            let inside = toks.iter().all(|&t| l < t && t <= r);
+            let outside = toks.iter().all(|&t| !(l < t && t <= r));
+            assert!(
+                inside || outside,
+                "{}: {} mixes labels",
+                c.name,
+                ch.display()
+            );
+            let want_at = if inside { at.to_string() } else { "0".into() };
+            assert_eq!(
+                f.meta.get("repaired_at"),
+                Some(&want_at),
+                "{}: repairedAt of {} as Cassandra reads it",
+                c.name,
+                ch.display()
+            );
+        }
+    }
+    c.children
+        .iter()
+        .map(|ch| {
+            d.of(ch, Pass::Index)
+                .partitions
+                .iter()
+                .chain(d.of(ch, Pass::Linear).partitions.iter())
+                .filter(|p| p.is_empty())
+                .count()
+        })
+        .sum()
+}
+
+/// Every family × operation × target, parents written by `writer_line`'s CQLSSTableWriter and
+/// children judged by `reader_line`'s reader (targets: cleave's default and the reader's
+/// version); prints the matrix counts.
+fn matrix(test: &str, reader_line: &str, writer_line: &str) {
+    let (Some(or), Some(wr)) = (oracle_for(test, reader_line), oracle_for(test, writer_line))
+    else {
+        return;
+    };
+    let version = or.version.clone();
+    let work = tempfile::tempdir().unwrap();
+    let fams: Vec<(usize, &str)> = FAMILIES
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, f)| !(f.starts_with("tomb_") && wr.version.starts_with("4.0.")))
+        .collect();
+    // Parents, copied into the work directory (cleave writes children on the parent's
+    // filesystem), then one JVM reads them all for their tokens.
+    let mut parents = BTreeMap::new();
+    for &(i, f) in &fams {
+        let o = write_opts(i);
+        let cached = wr.write_parent(f, &o);
+        let files = copy_table(&cached, &table_dir(&work.path().join("parent"), f));
+        assert_eq!(files.len(), 1, "{f}: one parent sstable: {files:?}");
+        let want = if wr.version.starts_with("5.") {
+            "oa-"
+        } else {
+            "nb-"
+        };
+        let name = files[0].file_name().unwrap().to_string_lossy().to_string();
+        assert!(name.starts_with(want), "{} writes {name}", wr.version);
+        parents.insert(f, (files[0].clone(), o));
+    }
+    let all: Vec<PathBuf> = parents.values().map(|(p, _)| p.clone()).collect();
+    let pd = or.dump(&all);
+    // A receiver per target: it checks received children against its node's version.
+    let stream_default = common::stream::StreamPair::serve(&[]);
+    let stream_own = common::stream::StreamPair::serve(&["--cassandra-version", &version]);
+    let mut cases = Vec::new();
+    let mut refused = Vec::new();
+    for (f, (parent, o)) in &parents {
+        let mut tokens: Vec<i64> = pd
+            .of(parent, Pass::Index)
+            .partitions
+            .iter()
+            .map(|p| p.token)
+            .collect();
+        tokens.sort();
+        for target in [None, Some(version.as_str())] {
+            let tag = format!("{f}-{}", target.unwrap_or("default").replace('.', "_"));
+            let r = cut(
+                work.path(),
+                f,
+                parent,
+                &tokens,
+                target,
+                if target.is_some() {
+                    &stream_own
+                } else {
+                    &stream_default
+                },
+                &mut cases,
+                &tag,
+                &mut refused,
+            );
+            match (o.compression, r) {
+                ("zstd", Err(e)) => {
+                    // cleave decodes LZ4, Snappy, Deflate and Noop chunks only.
+                    assert!(e.contains("ZstdCompressor"), "{tag}: {e}");
+                    refused.push(format!("{tag} (Zstd)"));
+                }
+                ("zstd", Ok(())) => panic!("{tag}: cleave cut a Zstd parent it cannot decode"),
+                (_, Err(e)) => panic!("{tag}: cleave refused {}: {e}", parent.display()),
+                (_, Ok(())) => {}
+            }
+        }
+    }
+    let mut files: Vec<PathBuf> = all.clone();
+    for c in &cases {
+        files.extend(c.children.iter().cloned());
+    }
+    let d = or.dump(&files);
+    let mut fillers = 0;
+    let mut per_op: BTreeMap<String, usize> = BTreeMap::new();
+    for c in &cases {
+        fillers += judge(&d, c);
+        let op = c
+            .name
+            .split_once(' ')
+            .map(|x| x.1)
+            .unwrap_or("")
+            .to_string();
+        *per_op.entry(op).or_default() += 1;
+    }
+    eprintln!(
+        "MATRIX reader {version}, parents by {}: {} cases passed ({} families × targets default,{version}), \
+         {} children read, {fillers} filler partitions seen; by operation {per_op:?}; \
+         refused as expected: {refused:?}",
+        wr.version,
+        cases.len(),
+        parents.len(),
+        files.len() - all.len()
+    );
+}
+
+// cleave refuses the `oa` parents 5.0's CQLSSTableWriter writes (see the ignored test below),
+// so the 5.0 readers judge children of 4.1-written `nb` parents, which 5.0 reads.
+
+#[test]
+fn oracle_matrix_5_0_9() {
+    matrix("oracle_matrix_5_0_9", "5.0", "4.1");
+}
+
+#[test]
+fn oracle_matrix_5_0_4() {
+    matrix("oracle_matrix_5_0_4", "5.0.4", "4.1");
+}
+
+#[test]
+fn oracle_matrix_4_1() {
+    matrix("oracle_matrix_4_1", "4.1", "4.1");
+}
+
+#[test]
+fn oracle_matrix_4_0() {
+    matrix("oracle_matrix_4_0", "4.0", "4.0");
+}
+
+/// 5.0's own `oa` parents. Fails today: cleave rejects every Statistics.db that 5.0.4's and
+/// 5.0.9's CQLSSTableWriter write with `CorruptSSTable` "4 (or 8) unexpected trailing byte(s)
+/// after STATS metadata", in every family, so no `oa` child of a Cassandra-written parent can
+/// be made yet.
+#[test]
+#[ignore = "cleave refuses 5.0-written oa Statistics.db (trailing bytes after STATS): a defect in sstable::statistics, not fixed on this branch"]
+fn oracle_matrix_5_0_9_oa_parents() {
+    matrix("oracle_matrix_5_0_9_oa_parents", "5.0", "5.0");
+}
+
+/// The oracle of `line` and a work directory, or `None` (skip printed; a failure under CI).
+fn oracle_for(test: &str, line: &str) -> Option<Oracle> {
+    let Some(version) = version_of(line) else {
+        if common::oracle_java::strict() {
+            panic!("{test}: no Cassandra {line} pinned by scripts/cassandra-testenv.sh versions");
+        }
+        eprintln!(
+            "SKIP {test}: no Cassandra {line} installed (scripts/cassandra-testenv.sh install)"
+        );
+        return None;
+    };
+    oracle_or_skip(test, &version)
+}
+
+/// `split --parts 3` of `parent` into `<work>/<tag>/oracle/<family>` with `extra` flags.
+fn split_parts(
+    work: &Path,
+    tag: &str,
+    family: &str,
+    parent: &Path,
+    extra: &[&str],
+) -> Vec<PathBuf> {
+    let out = table_dir(&work.join(tag), family);
+    let mut a = vec![
+        s("split"),
+        s(parent),
+        s("--out"),
+        s(&out),
+        s("--parts"),
+        s("3"),
+    ];
+    a.extend(extra.iter().map(s));
+    a.push(s("--json"));
+    run(&a).unwrap_or_else(|e| panic!("split {tag}: {e}"));
+    let v = data_files(&out);
+    assert_eq!(v.len(), 3, "{tag}: {v:?}");
+    v
+}
+
+/// Negative control: one flipped byte inside a compressed chunk of a child, and Cassandra's
+/// reader (its chunk CRC check, `CompressedChunkReader`) throws; the unharmed child reads.
+#[test]
+fn oracle_rejects_a_flipped_byte_in_a_chunk() {
+    let test = "oracle_rejects_a_flipped_byte_in_a_chunk";
+    let (Some(or), Some(wr)) = (oracle_for(test, "5.0"), oracle_for(test, "4.1")) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let o = WriteOpts {
+        partitions: 600,
+        ..WriteOpts::default()
+    };
+    let cached = wr.write_parent("uuid_plain", &o);
+    let parent = copy_table(&cached, &table_dir(&work.path().join("p"), "uuid_plain"));
+    let kids = split_parts(work.path(), "kids", "uuid_plain", &parent[0], &[]);
+    let child = &kids[1];
+    let good = or.dump(std::slice::from_ref(child));
+    assert!(!good
+        .rows(std::slice::from_ref(child), Pass::Index)
+        .is_empty());
+    let mut bytes = std::fs::read(child).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(child, &bytes).unwrap();
+    let err = or
+        .try_dump(std::slice::from_ref(child))
+        .expect_err("Cassandra read a child with a flipped byte");
+    let first = err.lines().next().unwrap_or("");
+    eprintln!("flipped byte at {at} of {}: {first}", child.display());
+    assert!(
+        err.contains("CorruptSSTableException") || err.contains("CorruptBlockException"),
+        "{err}"
+    );
+}
+
+/// Negative control: a set of children missing one partition (a cleanup whose owned ranges
+/// leave out exactly one token) does not match the parent's digest, and the comparison names
+/// exactly that partition; the same children match the parent's rows in their owned ranges.
+#[test]
+fn oracle_catches_a_missing_partition() {
+    let test = "oracle_catches_a_missing_partition";
+    let (Some(or), Some(wr)) = (oracle_for(test, "5.0"), oracle_for(test, "4.1")) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let fam = "int_ck2desc";
+    let cached = wr.write_parent(fam, &WriteOpts::default());
+    let src = table_dir(&work.path().join("src"), fam);
+    let parent = copy_table(&cached, &src);
+    let pd = or.dump(&parent);
+    let prow = pd.rows(&parent, Pass::Index);
+    let victim = prow[prow.len() / 2].token;
+    assert_eq!(prow.iter().filter(|p| p.token == victim).count(), 1);
+    let owned = [(i64::MIN, victim - 1), (victim, i64::MAX)];
+    let oy = work.path().join("owned.yaml");
+    std::fs::write(
+        &oy,
+        owned
+            .iter()
+            .map(|(l, r)| format!("- {{start: \"{l}\", end: \"{r}\"}}\n"))
+            .collect::<String>(),
+    )
+    .unwrap();
+    let out = table_dir(&work.path().join("out"), fam);
+    run(&[
+        s("cleanup"),
+        s(&src),
+        s("--owned-ranges"),
+        s(&oy),
+        s("--publish"),
+        s("stage"),
+        s("--out"),
+        s(&out),
+        s("--json"),
+    ])
+    .unwrap();
+    let kids = data_files(&out);
+    let d = or.dump(&kids);
+    for pass in [Pass::Index, Pass::Linear] {
+        let got = d.rows(&kids, pass);
+        assert_ne!(
+            digest(&got),
+            digest(&prow),
+            "{pass:?}: the digest missed it"
+        );
+        let missing: Vec<_> = prow.iter().filter(|p| !got.contains(p)).collect();
+        assert_eq!(missing.len(), 1, "{pass:?}");
+        assert_eq!(missing[0].token, victim);
+        let want: Vec<_> = prow
+            .iter()
+            .filter(|p| in_ranges(&owned, p.token))
+            .cloned()
+            .collect();
+        assert_eq!(got, want, "{pass:?}");
+    }
+}
+
+/// Negative control, the dead-prefix hazard: children made for a 4.1 target (`--target-cassandra
+/// 4.1`: the dead prefix kept) read by 5.0.9's `getScanner()` (`SSTableSimpleScanner`, from
+/// Data.db position 0), while 5.0.4's and 4.1's scanners (index-driven) read them correctly.
+#[test]
+fn oracle_dead_prefix_child_on_5_0_9_scanner() {
+    let test = "oracle_dead_prefix_child_on_5_0_9_scanner";
+    let (Some(o41), Some(o504), Some(o509)) = (
+        oracle_for(test, "4.1"),
+        oracle_for(test, "5.0.4"),
+        oracle_for(test, "5.0"),
+    ) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let fam = "uuid_plain";
+    // A 4.1 `nb` parent: every one of the three versions reads it.
+    let cached = o41.write_parent(fam, &WriteOpts::default());
+    let parent = copy_table(&cached, &table_dir(&work.path().join("p"), fam));
+    let kids = split_parts(
+        work.path(),
+        "k41",
+        fam,
+        &parent[0],
+        &["--target-cassandra", "4.1"],
+    );
+    let mut files = parent.clone();
+    files.extend(kids.iter().cloned());
+    for or in [&o41, &o504] {
+        let d = or.dump(&files);
+        let want = d.rows(&parent, Pass::Index);
+        assert_eq!(d.rows(&kids, Pass::Index), want, "{} index", or.version);
+        assert_eq!(d.rows(&kids, Pass::Linear), want, "{} linear", or.version);
+    }
+    // 5.0.9: the index pass still reads every row; the linear pass must not silently agree.
+    let want = o41.dump(&parent).rows(&parent, Pass::Index);
+    match o509.try_dump(&files) {
+        Err(e) => {
+            let first: Vec<&str> = e.lines().take(3).collect();
+            eprintln!("5.0.9 getScanner() on a dead-prefix child throws: {first:?}");
+        }
+        Ok(d) => {
+            assert_eq!(d.rows(&kids, Pass::Index), want, "5.0.9 index pass");
+            let got = d.rows(&kids, Pass::Linear);
+            let lost = want.iter().filter(|p| !got.contains(p)).count();
+            let garbled = got.iter().filter(|p| !want.contains(p)).count();
+            let empties: usize = kids
+                .iter()
+                .map(|k| {
+                    d.of(k, Pass::Linear)
+                        .partitions
+                        .iter()
+                        .filter(|p| p.is_empty())
+                        .count()
+                })
+                .sum();
+            eprintln!(
+                "5.0.9 getScanner() on dead-prefix children: {} partitions read, {lost} lost, \
+                 {garbled} not the parent's, {empties} empty; first foreign: {:?}",
+                got.len(),
+                got.iter().find(|p| !want.contains(p))
+            );
+            assert_ne!(
+                got, want,
+                "5.0.9's linear scanner read the dead-prefix children correctly"
+            );
+        }
+    }
+}
+
+/// The dumper agrees with Cassandra's own sstabledump (`SSTableExport`, its linear path) on a
+/// sample: the same partition keys in the same order and the same number of rows and range
+/// tombstone markers in each.
+#[test]
+fn oracle_dump_agrees_with_sstabledump() {
+    for line in ["5.0", "4.1"] {
+        let Some(or) = oracle_for("oracle_dump_agrees_with_sstabledump", line) else {
+            return;
+        };
+        for fam in ["text_int", "tomb_range", "bigint_static"] {
+            let o = WriteOpts {
+                partitions: 50,
+                ..WriteOpts::default()
+            };
+            let dir = or.write_parent(fam, &o);
+            let files = data_files(&dir);
+            let d = or.dump(&files);
+            let ours = &d.of(&files[0], Pass::Linear).partitions;
+            let json = or.tool(
+                "org.apache.cassandra.tools.SSTableExport",
+                &[files[0].as_os_str()],
+            );
+            // Anything logged before the JSON array (a deprecation WARN) is not part of it.
+            let start = json.find("[\n").unwrap_or(0);
+            let v: serde_json::Value = serde_json::from_str(&json[start..])
+                .unwrap_or_else(|e| panic!("{line} {fam}: sstabledump output: {e}: {json}"));
+            let theirs = v.as_array().unwrap();
+            assert_eq!(ours.len(), theirs.len(), "{line} {fam}: partitions");
+            for (a, b) in ours.iter().zip(theirs) {
+                let key: Vec<String> = b["partition"]["key"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|k| k.as_str().unwrap().to_string())
+                    .collect();
+                assert_eq!(a.key_text, key.join(":"), "{line} {fam}");
+                let rows = b["rows"].as_array().map(|r| r.len()).unwrap_or(0);
+                // sstabledump lists the static row as a `static_block` among the rows.
+                let ours_n = a.body.matches("Row[").count() + a.body.matches("Marker ").count();
+                assert_eq!(ours_n, rows, "{line} {fam} {}: {}", a.key_text, b);
+                let deleted = !b["partition"]["deletion_info"].is_null();
+                assert_eq!(a.body.starts_with("DEL "), deleted, "{line} {fam}: {b}");
+            }
+        }
+    }
+}
+
+/// BTI `da` parents (5.0 only; written only: cleave splits BIG for now): Cassandra names them
+/// `da-*-bti-*` and reads the same rows through the trie index and linearly.
+#[test]
+fn oracle_writes_bti_parents() {
+    for line in ["5.0", "5.0.4"] {
+        let Some(or) = oracle_for("oracle_writes_bti_parents", line) else {
+            return;
+        };
+        let o = WriteOpts {
+            format: "bti",
+            ..WriteOpts::default()
+        };
+        let dir = or.write_parent("int_ck2desc", &o);
+        let files = data_files(&dir);
+        assert_eq!(files.len(), 1, "{files:?}");
+        let name = files[0].file_name().unwrap().to_string_lossy().to_string();
+        assert!(name.starts_with("da-") && name.contains("-bti-"), "{name}");
+        let d = or.dump(&files);
+        let idx = d.rows(&files, Pass::Index);
+        assert_eq!(idx.len(), o.partitions as usize, "{line}");
+        assert_eq!(idx, d.rows(&files, Pass::Linear), "{line}");
+    }
+}
