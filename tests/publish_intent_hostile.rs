@@ -128,9 +128,9 @@ fn apply_refused(data: &Path, dry_run: bool) -> String {
 /// anywhere, though another table has a genuine intent. A job directory with no intent
 /// that holds anything but a job's names is left alone, not removed.
 ///
-/// Seen failing on the code before the fix (the test binary run against the old
-/// `cleave`): with `.cleave-pending -> ..` the old run exited 0 and removed the table
-/// `t1` whole (its pending job and sstables listed as `removed_incomplete`).
+/// Seen failing on the code before the fix (this test binary run against the old `cleave`
+/// binary): with `.cleave-pending -> ..` the old dry run exited 0 listing both table
+/// directories of the keyspace as `removed_incomplete` jobs.
 #[test]
 fn symlinked_pending_or_job_directories_are_refused_and_change_nothing() {
     let root = tempfile::tempdir().unwrap();
@@ -224,9 +224,8 @@ fn child_entry(data_db: &Path) -> serde_json::Value {
 /// both tables' live files and the directory outside byte for byte as before, and the
 /// job's outcome recorded as Failed.
 ///
-/// Seen failing on the code before the fix (the test binary run against the old
-/// `cleave`): the first case, `parent listed twice`, ended `Complete` (outcome state
-/// `Complete`, not `Failed`).
+/// Seen failing on the code before the fix (this test binary run against the old `cleave`
+/// binary): all nine cases ended `Complete`, and in every one the live files changed.
 #[test]
 fn hand_edited_intents_publish_nothing() {
     let cases: Vec<(&str, &str, Edit)> = vec![
@@ -345,52 +344,72 @@ fn hand_edited_intents_publish_nothing() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// A split with `--publish on-restart` killed while writing its children leaves
-/// `.cleave-staging-*` in the table directory and no intent; the next apply-pending removes
-/// it (listing it in `stale_staging`), touching no live file.
+/// A split or a cleanup with `--publish on-restart` killed once its children are written
+/// leaves `.cleave-staging-*` in the table directory and no intent; the next apply-pending
+/// removes it (listing it in `stale_staging`), touching no live file, and the one after
+/// finds nothing.
 ///
-/// Seen failing on the code before the fix (the test binary run against the old
-/// `cleave`): the old apply-pending reported no tables and left the staging directory.
+/// Seen failing on the code before the fix (this test binary run against the old `cleave`
+/// binary): `"tables": 0`, no `stale_staging`, the staging directory left.
 #[test]
-fn a_killed_on_restart_split_leaves_no_staging_after_apply_pending() {
-    let root = tempfile::tempdir().unwrap();
-    let (data, t1, _t2) = world(root.path());
-    let before = live_tree(&t1);
-    let out = pend_cmd(&t1, 1, "killed")
-        .env("CLEAVE_CRASH_AT", "split:written")
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "the split was not killed");
+fn a_killed_on_restart_split_or_cleanup_leaves_no_staging_after_apply_pending() {
     let staging = |t: &Path| -> Vec<String> {
         names(t)
             .into_iter()
             .filter(|n| n.starts_with(".cleave-staging-"))
             .collect()
     };
-    assert_eq!(staging(&t1).len(), 1, "{:?}", names(&t1));
-    let r = apply_pending_ok(&data);
-    assert_eq!(
-        r["stale_staging"].as_array().map(|a| a.len()),
-        Some(1),
-        "{r}"
-    );
-    assert!(staging(&t1).is_empty(), "left: {:?}", names(&t1));
-    assert_eq!(live_tree(&t1), before);
-    // And again: nothing left to do.
-    let r = apply_pending_ok(&data);
-    assert_eq!(
-        r["stale_staging"].as_array().map(|a| a.len()),
-        Some(0),
-        "{r}"
-    );
+    for what in ["split", "cleanup"] {
+        let root = tempfile::tempdir().unwrap();
+        let (data, t1, _t2) = world(root.path());
+        let before = live_tree(&t1);
+        let mut cmd = if what == "split" {
+            pend_cmd(&t1, 1, "killed")
+        } else {
+            // Half the ring owned: the sstable is split, not kept or dropped.
+            let owned = root.path().join("owned.yaml");
+            std::fs::write(&owned, "- {start: \"-9223372036854775808\", end: \"0\"}\n").unwrap();
+            let mut c = Command::new(cleave_bin());
+            c.arg("cleanup")
+                .arg(&t1)
+                .arg("--owned-ranges")
+                .arg(&owned)
+                .args(["--publish", "on-restart", "--job-uid", "killed", "--json"]);
+            c
+        };
+        let out = cmd
+            .env("CLEAVE_CRASH_AT", "split:written")
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success(),
+            "{what} was not killed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(staging(&t1).len(), 1, "{what}: {:?}", names(&t1));
+        let r = apply_pending_ok(&data);
+        assert_eq!(
+            r["stale_staging"].as_array().map(|a| a.len()),
+            Some(1),
+            "{what}: {r}"
+        );
+        assert!(staging(&t1).is_empty(), "{what}: left {:?}", names(&t1));
+        assert_eq!(live_tree(&t1), before, "{what}");
+        let r = apply_pending_ok(&data);
+        assert_eq!(
+            r["stale_staging"].as_array().map(|a| a.len()),
+            Some(0),
+            "{what}: {r}"
+        );
+    }
 }
 
 /// A table directory that is a symlink to another disk (here another directory), as
 /// Cassandra's `Directories` follows it: its intent is found and published, the parent
 /// replaced by children with the same keys.
 ///
-/// Seen failing on the code before the fix (the test binary run against the old
-/// `cleave`): `"tables": 0`, no job, exit 0, the intent left waiting.
+/// Seen failing on the code before the fix (this test binary run against the old `cleave`
+/// binary): `"tables": 0`, no job, exit 0, the intent left waiting.
 #[test]
 fn a_symlinked_table_directory_is_published() {
     let root = tempfile::tempdir().unwrap();
@@ -415,8 +434,9 @@ fn a_symlinked_table_directory_is_published() {
 /// reported `left_alone` with `InvalidRequest`, exit 0, and its directory (intent and
 /// children) and the table are byte for byte as before; a dry run says the same.
 ///
-/// Seen failing on the code before the fix (the test binary run against the old
-/// `cleave`): the children were removed and an outcome `Failed InvalidRequest` written.
+/// Seen failing on the code before the fix (this test binary run against the old `cleave`
+/// binary): the dry run already said `would_apply` a `Failed` outcome ("the job's staged
+/// children were removed"), which the real run then wrote.
 #[test]
 fn a_newer_format_intent_is_left_alone() {
     let root = tempfile::tempdir().unwrap();
