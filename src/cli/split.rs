@@ -670,8 +670,12 @@ pub fn apply_pending(a: ApplyPendingArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if r.jobs.is_empty() {
+    if r.jobs.is_empty() && r.stale_staging.is_empty() {
         println!("{}: nothing pending", a.data_dir.display());
+    }
+    for d in &r.stale_staging {
+        let would = if a.dry_run { "would be " } else { "" };
+        println!("{}: staging of a killed run {would}removed", d.display());
     }
     for x in &r.recovered {
         println!("{}: interrupted transaction finished", x.log.display());
@@ -700,6 +704,11 @@ pub fn apply_pending(a: ApplyPendingArgs) -> Result<ExitCode> {
             intent::JobAction::AlreadyDone { job_uid } => {
                 println!("job {job_uid}: already applied (outcome recorded)")
             }
+            intent::JobAction::LeftAlone {
+                dir,
+                reason,
+                message,
+            } => println!("{}: left alone[{reason}]: {message}", dir.display()),
             intent::JobAction::RemovedIncomplete { dir } => {
                 println!(
                     "{}: incomplete staging without intent removed",

@@ -12,6 +12,16 @@ use std::path::Path;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{mkdirat, Mode};
 
+/// What a name in a directory is (`Dir::kind`), a symlink as itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    /// A device, FIFO or socket.
+    Other,
+}
+
 /// An open directory.
 #[derive(Debug)]
 pub struct Dir(OwnedFd);
@@ -164,6 +174,32 @@ impl Dir {
         }
     }
 
+    /// What `name` is, not following a symlink; `None` if absent.
+    pub fn kind(&self, name: &str) -> io::Result<Option<Kind>> {
+        one_component(name)?;
+        match nix::sys::stat::fstatat(
+            self.0.as_fd(),
+            name,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) => {
+                let t = nix::sys::stat::SFlag::from_bits_truncate(st.st_mode)
+                    & nix::sys::stat::SFlag::S_IFMT;
+                Ok(Some(if t == nix::sys::stat::SFlag::S_IFDIR {
+                    Kind::Dir
+                } else if t == nix::sys::stat::SFlag::S_IFREG {
+                    Kind::File
+                } else if t == nix::sys::stat::SFlag::S_IFLNK {
+                    Kind::Symlink
+                } else {
+                    Kind::Other
+                }))
+            }
+            Err(nix::errno::Errno::ENOENT) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Removes file `name` (absent is fine).
     pub fn remove_file(&self, name: &str) -> io::Result<()> {
         one_component(name)?;
@@ -264,6 +300,11 @@ mod tests {
             assert!(refused(d.walk(&["dirlink", "x"], create).unwrap_err()));
             assert!(!t.path().join("x").exists(), "created through a link");
         }
+        assert_eq!(d.kind("link").unwrap(), Some(Kind::Symlink));
+        assert_eq!(d.kind("dirlink").unwrap(), Some(Kind::Symlink));
+        assert_eq!(d.kind("sub").unwrap(), Some(Kind::Dir));
+        assert_eq!(s.kind("f").unwrap(), Some(Kind::File));
+        assert_eq!(d.kind("absent").unwrap(), None);
         d.walk(&["sub", "n1", "n2"], true).unwrap();
         assert!(t.path().join("sub/n1/n2").is_dir());
         let (avail, total) = space(t.path()).unwrap();

@@ -23,6 +23,7 @@
 //! names into `apply/` (the originals stay, so a crash there loses nothing) and swapped in
 //! for their parents by the crash-atomic `publish::replace_all` (transaction log, `recover`).
 
+use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -34,10 +35,13 @@ use super::error::PublishError;
 use super::publish::{self, Recovery, TxnOperation};
 use super::report::SplitReport;
 use super::staged::{self, Checked, Staged};
+use crate::io::at::{Dir, Kind};
 use crate::io::fault::point;
 use crate::io::fs::{sync_dir, write_durable};
 use crate::reason::Reason;
-use crate::sstable::{Component, Descriptor, FormatError, SSTableId};
+use crate::sstable::fingerprint::Fingerprint;
+use crate::sstable::table::CheckLevel;
+use crate::sstable::{Component, Descriptor, FormatError, SSTable, SSTableId, Toc};
 
 pub const PENDING_DIR: &str = ".cleave-pending";
 pub const INTENT_FILE: &str = "intent.json";
@@ -88,6 +92,31 @@ pub struct PendingParent {
     /// parent that is removed with no children (a cleanup's wholly unowned sstable).
     pub children_dir: String,
     pub children: Vec<PendingChild>,
+    /// The children's key fingerprint as `Staged::check` proved it (the parent's keys, or
+    /// under cleanup its owned keys): apply-pending reads the staged children's keys again
+    /// and publishes only if they still add up to it. Absent in an intent written before
+    /// it was recorded (then each child's partition count is checked) and for a parent
+    /// removed with no children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<RecordedFingerprint>,
+}
+
+/// A key fingerprint in an intent: `sstable::fingerprint::Fingerprint`, hex as in reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedFingerprint {
+    pub count: u64,
+    pub xor: String,
+    pub sum: String,
+}
+
+impl From<Fingerprint> for RecordedFingerprint {
+    fn from(f: Fingerprint) -> Self {
+        RecordedFingerprint {
+            count: f.count,
+            xor: format!("{:016x}", f.xor),
+            sum: format!("{:016x}", f.sum),
+        }
+    }
 }
 
 /// `intent.json`.
@@ -358,7 +387,10 @@ fn open_job_dir(table: &Path, job_uid: &str) -> Result<PathBuf, PublishError> {
             "this job already has an outcome: a new round needs a new job uid",
         ));
     }
-    fs::create_dir_all(&job).map_err(io(&job))?;
+    // Created and opened by descriptor, never through a symlink planted at either level.
+    Dir::open_configured(table)
+        .and_then(|t| t.walk(&[PENDING_DIR, job_uid], true))
+        .map_err(io(&job))?;
     sync_dir(&table.join(PENDING_DIR)).map_err(io(&job))?;
     sync_dir(table).map_err(io(table))?;
     Ok(job)
@@ -373,6 +405,7 @@ pub fn dropped(data_path: &Path) -> Result<PendingParent, PublishError> {
         parent: parent_identity(data_path)?,
         children_dir: String::new(),
         children: Vec::new(),
+        fingerprint: None,
     })
 }
 
@@ -445,6 +478,7 @@ impl Staged<Checked> {
             parent: parent_identity(self.parent.data_path())?,
             children_dir: children_dir_name,
             children,
+            fingerprint: Some(self.children_fp.into()),
         };
         let mut split = staged::report(
             &self.parent,
@@ -507,18 +541,56 @@ fn file_name(p: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// Table directories under `data_dir` that have a pending directory: `data_dir` itself, its
-/// children (a keyspace directory) and grandchildren (`<keyspace>/<table>-<id>`).
-pub fn pending_tables(data_dir: &Path) -> Result<Vec<PathBuf>, PublishError> {
+/// A directory under a data directory holding cleave's leftovers.
+#[derive(Debug)]
+struct Found {
+    dir: PathBuf,
+    /// It has a `.cleave-pending` directory (a real one: a link is refused).
+    pending: bool,
+    /// `.cleave-staging-*` directories a killed split or on-restart cleanup left, which
+    /// `publish::recover` removes.
+    staging: Vec<PathBuf>,
+}
+
+fn link_refused(path: &Path, what: &str) -> PublishError {
+    let to = fs::read_link(path)
+        .map(|t| format!(" (to {})", t.display()))
+        .unwrap_or_default();
+    pending(
+        path,
+        format!(
+            "is {what}{to}, where cleave only ever creates a directory: refused, nothing was changed (remove the link by hand)"
+        ),
+    )
+}
+
+fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::Dir => "a directory",
+        Kind::File => "a file",
+        Kind::Symlink => "a symbolic link",
+        Kind::Other => "a device, FIFO or socket",
+    }
+}
+
+/// `data_dir` itself, its children (a keyspace directory) and grandchildren
+/// (`<keyspace>/<table>-<id>`) with a pending directory or leftover staging. A keyspace or
+/// table directory may be a symlink (a table moved to another disk: Cassandra's
+/// `Directories` follows it), so those are followed, each directory examined once; the
+/// pending directory itself must be a real directory, or the scan fails naming it.
+fn scan(data_dir: &Path) -> Result<Vec<Found>, PublishError> {
     let mut found = Vec::new();
+    let mut seen = HashSet::new();
     let mut level = vec![data_dir.to_path_buf()];
     for depth in 0..3 {
         let mut next = Vec::new();
         for d in &level {
-            if d.join(PENDING_DIR).is_dir() {
-                found.push(d.clone());
-            }
-            if depth == 2 {
+            let m = match fs::metadata(d) {
+                Ok(m) => m,
+                Err(e) if depth > 0 && e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(d)(e)),
+            };
+            if !m.is_dir() || !seen.insert((m.dev(), m.ino())) {
                 continue;
             }
             let rd = match fs::read_dir(d) {
@@ -526,12 +598,36 @@ pub fn pending_tables(data_dir: &Path) -> Result<Vec<PathBuf>, PublishError> {
                 Err(e) if depth > 0 && e.kind() == std::io::ErrorKind::PermissionDenied => continue,
                 Err(e) => return Err(io(d)(e)),
             };
+            let mut here = Found {
+                dir: d.clone(),
+                pending: false,
+                staging: Vec::new(),
+            };
             for e in rd {
                 let e = e.map_err(io(d))?;
-                let hidden = e.file_name().to_string_lossy().starts_with('.');
-                if !hidden && e.file_type().is_ok_and(|t| t.is_dir()) {
+                let name = e.file_name().to_string_lossy().into_owned();
+                // DirEntry::file_type does not follow a link: what the name itself is.
+                let own = e.file_type().map_err(io(&e.path()))?;
+                if name == PENDING_DIR {
+                    if own.is_dir() {
+                        here.pending = true;
+                    } else if own.is_symlink() {
+                        return Err(link_refused(&e.path(), "a symbolic link"));
+                    } else {
+                        return Err(link_refused(&e.path(), "not a directory"));
+                    }
+                } else if name.starts_with(publish::STAGING_PREFIX) && own.is_dir() {
+                    here.staging.push(e.path());
+                } else if depth < 2
+                    && !name.starts_with('.')
+                    && fs::metadata(e.path()).is_ok_and(|m| m.is_dir())
+                {
                     next.push(e.path());
                 }
+            }
+            here.staging.sort();
+            if here.pending || !here.staging.is_empty() {
+                found.push(here);
             }
         }
         next.sort();
@@ -540,14 +636,78 @@ pub fn pending_tables(data_dir: &Path) -> Result<Vec<PathBuf>, PublishError> {
     Ok(found)
 }
 
-/// The job directories of one table's pending directory.
+/// Table directories under `data_dir` that have a pending directory (see [`scan`]).
+pub fn pending_tables(data_dir: &Path) -> Result<Vec<PathBuf>, PublishError> {
+    Ok(scan(data_dir)?
+        .into_iter()
+        .filter(|f| f.pending)
+        .map(|f| f.dir)
+        .collect())
+}
+
+/// The job directories of one table's pending directory, opened by descriptor with
+/// `O_NOFOLLOW`: a job-named link is refused (its target is not a job's), other names are
+/// not cleave's and are left alone.
 fn job_dirs(table_dir: &Path) -> Result<Vec<PathBuf>, PublishError> {
     let p = table_dir.join(PENDING_DIR);
+    let pd = Dir::open_configured(table_dir)
+        .and_then(|t| t.open_dir(PENDING_DIR))
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP | libc::ENOTDIR) => link_refused(&p, "not a directory"),
+            _ => io(&p)(e),
+        })?;
     let mut v = Vec::new();
     for e in fs::read_dir(&p).map_err(io(&p))? {
         let e = e.map_err(io(&p))?;
-        if e.file_type().is_ok_and(|t| t.is_dir()) && check_job_uid(&file_name(&e.path())).is_ok() {
-            v.push(e.path());
+        let name = e.file_name().to_string_lossy().into_owned();
+        if check_job_uid(&name).is_err() {
+            continue;
+        }
+        match pd.kind(&name).map_err(io(&e.path()))? {
+            Some(Kind::Dir) => v.push(e.path()),
+            Some(Kind::Symlink) => return Err(link_refused(&e.path(), "a symbolic link")),
+            _ => {}
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// The job's directory if it is there, opened by descriptor through no link.
+fn existing_job(table_dir: &Path, job_uid: &str) -> Result<Option<PathBuf>, PublishError> {
+    let j = job_dir(table_dir, job_uid);
+    match Dir::open_configured(table_dir).and_then(|t| t.walk(&[PENDING_DIR, job_uid], false)) {
+        Ok(_) => Ok(Some(j)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => Err(
+            link_refused(&j, "not a directory (or is reached through a link)"),
+        ),
+        Err(e) => Err(io(&j)(e)),
+    }
+}
+
+/// Whether `name` in a job directory is one of the names cleave gives it, of its kind.
+fn own_name(name: &str, kind: Kind) -> bool {
+    match name {
+        INTENT_FILE | OUTCOME_FILE | APPLYING_FILE => kind == Kind::File,
+        APPLY_DIR => kind == Kind::Dir,
+        n if n.starts_with("children-") => kind == Kind::Dir,
+        // A temporary JSON file of a write killed before its rename.
+        n if n.starts_with('.') && n.ends_with(".tmp") => kind == Kind::File,
+        _ => false,
+    }
+}
+
+/// The names in `job` that are not a job's own (with what they are), found by descriptor.
+fn foreign_names(job: &Path) -> Result<Vec<String>, PublishError> {
+    let d = Dir::open(job).map_err(io(job))?;
+    let mut v = Vec::new();
+    for e in fs::read_dir(job).map_err(io(job))? {
+        let e = e.map_err(io(job))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        match d.kind(&name).map_err(io(&e.path()))? {
+            Some(k) if !own_name(&name, k) => v.push(format!("{name} ({})", kind_name(k))),
+            _ => {}
         }
     }
     v.sort();
@@ -586,10 +746,9 @@ pub fn job_state(data_dir: &Path, job_uid: &str) -> Result<JobState, PublishErro
 /// final names) is not withdrawn: the next apply-pending finishes it, parent or children.
 pub fn withdraw(table_dir: &Path, job_uid: &str) -> Result<bool, PublishError> {
     check_job_uid(job_uid)?;
-    let j = job_dir(table_dir, job_uid);
-    if !j.is_dir() {
+    let Some(j) = existing_job(table_dir, job_uid)? else {
         return Ok(false);
-    }
+    };
     let _lock = publish::lock_for_split(table_dir, table_dir)?;
     withdraw_job(table_dir, &j)
 }
@@ -602,10 +761,9 @@ pub fn withdraw_locked(
     _lock: &super::SplitLock,
 ) -> Result<bool, PublishError> {
     check_job_uid(job_uid)?;
-    let j = job_dir(table_dir, job_uid);
-    if !j.is_dir() {
+    let Some(j) = existing_job(table_dir, job_uid)? else {
         return Ok(false);
-    }
+    };
     withdraw_job(table_dir, &j)
 }
 
@@ -624,12 +782,37 @@ fn withdraw_job(table_dir: &Path, j: &Path) -> Result<bool, PublishError> {
 }
 
 /// Removes a job's directory (what is left of it: intent, outcome) and the pending
-/// directory with its last job.
+/// directory with its last job. Only a job's own names are removed, and the directory with
+/// `rmdir`: one that holds anything else stays, and the error names what.
 fn remove_job_dir(table_dir: &Path, j: &Path) -> Result<(), PublishError> {
-    match fs::remove_dir_all(j) {
-        Ok(()) => {}
+    let d = match Dir::open(j) {
+        Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(io(j)(e)),
+    };
+    for e in fs::read_dir(j).map_err(io(j))? {
+        let e = e.map_err(io(j))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        match d.kind(&name).map_err(io(&e.path()))? {
+            Some(Kind::Dir) if own_name(&name, Kind::Dir) => {
+                fs::remove_dir_all(e.path()).map_err(io(&e.path()))?
+            }
+            Some(Kind::File) if own_name(&name, Kind::File) => {
+                d.remove_file(&name).map_err(io(&e.path()))?
+            }
+            _ => {}
+        }
+    }
+    d.sync().map_err(io(j))?;
+    if let Err(e) = fs::remove_dir(j) {
+        let left = foreign_names(j).unwrap_or_default();
+        return Err(pending(
+            j,
+            format!(
+                "not removed ({e}): it holds names that are not a cleave job's: {}",
+                left.join(", ")
+            ),
+        ));
     }
     let p = table_dir.join(PENDING_DIR);
     sync_dir(&p).map_err(io(&p))?;
@@ -642,7 +825,9 @@ fn remove_job_dir(table_dir: &Path, j: &Path) -> Result<(), PublishError> {
 /// Removes a job's outcome (and its pending directory) once the sidecar has recorded it.
 pub fn acknowledge_outcome(table_dir: &Path, job_uid: &str) -> Result<(), PublishError> {
     check_job_uid(job_uid)?;
-    let j = job_dir(table_dir, job_uid);
+    let Some(j) = existing_job(table_dir, job_uid)? else {
+        return Ok(());
+    };
     if j.join(INTENT_FILE).exists() {
         return Err(pending(&j, "the intent is not applied yet"));
     }
@@ -668,6 +853,14 @@ pub enum JobAction {
     AlreadyDone { job_uid: String },
     /// A job directory with no intent: a pend killed before its intent was durable.
     RemovedIncomplete { dir: PathBuf },
+    /// Not touched: an intent of a newer format (a rollback to an older image), or a job
+    /// directory holding names that are not a job's. It waits, as it is, for a cleave that
+    /// can act on it or for an operator.
+    LeftAlone {
+        dir: PathBuf,
+        reason: Reason,
+        message: String,
+    },
 }
 
 /// What `run_on_restart` did.
@@ -676,6 +869,10 @@ pub struct ApplyReport {
     pub data_dir: PathBuf,
     pub dry_run: bool,
     pub tables: usize,
+    /// Staging directories of a killed split or on-restart cleanup that `recover` removed
+    /// (or, `dry_run`, would remove).
+    #[serde(default)]
+    pub stale_staging: Vec<PathBuf>,
     /// Interrupted transactions `recover` finished before applying.
     pub recovered: Vec<Recovery>,
     pub jobs: Vec<JobAction>,
@@ -696,11 +893,26 @@ impl ApplyReport {
 /// parent that is no longer what its intent recorded drops that intent (`ParentChanged`).
 /// Idempotent: a second run finds only outcomes.
 pub fn run_on_restart(data_dir: &Path, opts: &ApplyOptions) -> Result<ApplyReport, PublishError> {
-    let tables = pending_tables(data_dir)?;
+    // Everything that can refuse the run (a linked pending or job directory) is looked at
+    // before anything changes.
+    let found = scan(data_dir)?;
+    let mut tables = Vec::with_capacity(found.len());
+    for f in found {
+        let jobs = if f.pending {
+            job_dirs(&f.dir)?
+        } else {
+            Vec::new()
+        };
+        tables.push((f, jobs));
+    }
     let mut report = ApplyReport {
         data_dir: data_dir.to_path_buf(),
         dry_run: opts.dry_run,
-        tables: tables.len(),
+        tables: tables.iter().filter(|(f, _)| f.pending).count(),
+        stale_staging: tables
+            .iter()
+            .flat_map(|(f, _)| f.staging.iter().cloned())
+            .collect(),
         recovered: Vec::new(),
         jobs: Vec::new(),
     };
@@ -708,24 +920,42 @@ pub fn run_on_restart(data_dir: &Path, opts: &ApplyOptions) -> Result<ApplyRepor
         return Ok(report);
     }
     // The proof is what lets `replace_all` publish, with one syncfs (docs/split.md
-    // "Durability"): the children were made durable one file at a time when pended.
-    let stopped = super::guard::cassandra_not_started(&[data_dir])?;
+    // "Durability"): the children were made durable one file at a time when pended. A
+    // table linked to another disk is looked at there too: a Cassandra's open files
+    // resolve to that disk, not under `data_dir`.
+    let mut guarded: Vec<PathBuf> = vec![data_dir.to_path_buf()];
+    let root = fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    for (f, _) in &tables {
+        if let Ok(c) = fs::canonicalize(&f.dir) {
+            if !c.starts_with(&root) && !guarded.contains(&c) {
+                guarded.push(c);
+            }
+        }
+    }
+    let guarded: Vec<&Path> = guarded.iter().map(|p| p.as_path()).collect();
+    let stopped = super::guard::cassandra_not_started(&guarded)?;
     point("apply:guarded");
-    for t in &tables {
-        // `recover` takes the table lock itself (and gives it back): first, then ours.
+    for (f, jobs) in &tables {
+        let t = &f.dir;
+        // `recover` takes the table lock itself (and gives it back): first, then ours. It
+        // also removes the staging of a split or on-restart cleanup killed mid-write.
         if !opts.dry_run {
             report.recovered.extend(publish::recover(t)?);
         }
+        if jobs.is_empty() {
+            continue;
+        }
         let _lock = publish::lock_for_split(t, t)?;
-        for j in job_dirs(t)? {
-            report.jobs.push(apply_job(t, &j, opts, &stopped)?);
+        for j in jobs {
+            report.jobs.push(apply_job(t, j, opts, &stopped)?);
         }
     }
     Ok(report)
 }
 
 fn remove_if_exists(p: &Path) -> Result<(), PublishError> {
-    let r = if p.is_dir() {
+    // A link is removed itself, never followed.
+    let r = if fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()) {
         fs::remove_dir_all(p)
     } else {
         fs::remove_file(p)
@@ -773,6 +1003,21 @@ fn apply_job(
     stopped: &super::guard::CassandraStopped,
 ) -> Result<JobAction, PublishError> {
     let uid = file_name(job);
+    let left_alone = |reason: Reason, message: String| JobAction::LeftAlone {
+        dir: job.to_path_buf(),
+        reason,
+        message,
+    };
+    let foreign = foreign_names(job)?;
+    if !foreign.is_empty() {
+        return Ok(left_alone(
+            Reason::InvalidRequest,
+            format!(
+                "holds {}, which are not a cleave job's names: the job was left as it is (move them out, or remove the job directory by hand)",
+                foreign.join(", ")
+            ),
+        ));
+    }
     if job.join(OUTCOME_FILE).exists() {
         if !opts.dry_run && job.join(INTENT_FILE).exists() {
             clean_job(job)?;
@@ -781,10 +1026,7 @@ fn apply_job(
     }
     if !job.join(INTENT_FILE).exists() {
         if !opts.dry_run {
-            remove_if_exists(job)?;
-            if let Some(p) = job.parent() {
-                sync_dir(p).map_err(io(p))?;
-            }
+            remove_job_dir(table, job)?;
         }
         return Ok(JobAction::RemovedIncomplete {
             dir: job.to_path_buf(),
@@ -798,7 +1040,21 @@ fn apply_job(
         finished_unix_ms: now_ms(),
         result,
     };
-    let intent = match read_intent(&job.join(INTENT_FILE)) {
+    if let Some(v) = newer_version(&job.join(INTENT_FILE)) {
+        // intent.json's promise (`check_version`): a newer cleave's record is not acted on,
+        // and not destroyed either; the cleave that wrote it (after a roll forward) will.
+        return Ok(left_alone(
+            Reason::InvalidRequest,
+            format!(
+                "{}: intent format {v} is newer than this cleave's {FORMAT_VERSION}: left as it is for the cleave that wrote it",
+                job.join(INTENT_FILE).display()
+            ),
+        ));
+    }
+    let intent = match read_intent(&job.join(INTENT_FILE)).and_then(|i| {
+        validate(job, &i).map_err(|what| pending(&job.join(INTENT_FILE), what))?;
+        Ok(i)
+    }) {
         Ok(i) => i,
         Err(e) => {
             let o = outcome(
@@ -822,7 +1078,8 @@ fn apply_job(
             Descriptor::from_path(&table.join(n))
                 .is_ok_and(|(d, _)| table.join(d.file_name(&Component::Toc)).exists())
         };
-        if a.children.iter().all(live) && !parents.iter().any(|p| table.join(p).exists()) {
+        let bare = a.children.iter().all(|n| bare_data_name(n).is_ok());
+        if bare && a.children.iter().all(live) && !parents.iter().any(|p| table.join(p).exists()) {
             let children: Vec<PathBuf> = a.children.iter().map(|c| table.join(c)).collect();
             let o = outcome(
                 &intent.operation,
@@ -880,6 +1137,18 @@ fn apply_job(
                 message: format!(
                     "staged children are not what the intent recorded: {}; nothing was published",
                     damaged.join("; ")
+                ),
+            },
+        );
+        return finish(job, o, opts);
+    }
+    if let Err(what) = children_keys(job, &intent) {
+        let o = outcome(
+            &intent.operation,
+            OutcomeResult::Failed {
+                reason: Reason::CheckFailed,
+                message: format!(
+                    "staged children are not what was checked at staging: {what}; nothing was published"
                 ),
             },
         );
@@ -966,6 +1235,196 @@ fn apply_job(
         },
     );
     finish(job, o, opts)
+}
+
+/// The `version` of a JSON record, if it is newer than this cleave's (read before the
+/// record is parsed as this cleave's format, whose shape a newer one need not have).
+fn newer_version(path: &Path) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(path).ok()?).ok()?;
+    let version = v.get("version")?.as_u64()?;
+    (version > u64::from(FORMAT_VERSION)).then_some(version)
+}
+
+/// `name` if it is the bare Data.db file name of an sstable (`nb-5-big-Data.db`): no
+/// directory, no `..`, nothing that parses to another file.
+fn bare_data_name(name: &str) -> Result<(), String> {
+    let ok = !name.contains('/')
+        && !name.contains('\0')
+        && Descriptor::from_path(Path::new(name))
+            .is_ok_and(|(d, c)| c == Component::Data && d.file_name(&Component::Data) == name);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not the bare Data.db file name of an sstable (e.g. nb-5-big-Data.db)"
+        ))
+    }
+}
+
+/// An intent is checked as `publish::recover` checks a transaction log before it acts on
+/// any of it: every name a bare name inside this table's job directory, nothing twice,
+/// each child one whole sstable that agrees with its TOC.txt, at least one child for each
+/// parent of a split or anticompaction. Only cleave writes intents, so any failure here is
+/// a hand edit or a damaged volume. A child's files that are absent are not this check's
+/// business: the size check after it reports them (`CheckFailed`, a withdraw killed
+/// half-way leaves exactly that).
+fn validate(job: &Path, i: &Intent) -> Result<(), String> {
+    let uid = file_name(job);
+    if i.job_uid != uid {
+        return Err(format!(
+            "job_uid {:?} is not its directory's name {uid:?}",
+            i.job_uid
+        ));
+    }
+    if !matches!(i.operation.as_str(), "split" | "anticompaction" | "cleanup") {
+        return Err(format!(
+            "operation {:?}: expected split, anticompaction or cleanup",
+            i.operation
+        ));
+    }
+    if i.parents.is_empty() {
+        return Err("no parents".into());
+    }
+    let jd = Dir::open(job).map_err(|e| format!("{}: {e}", job.display()))?;
+    let mut parents = BTreeSet::new();
+    let mut dirs = BTreeSet::new();
+    for p in &i.parents {
+        let pf = &p.parent.data_file;
+        bare_data_name(pf).map_err(|e| format!("parent {e}"))?;
+        if !parents.insert(pf.as_str()) {
+            return Err(format!("parent {pf} is listed twice"));
+        }
+        if p.children.is_empty() {
+            // A REMOVE without an ADD drops the parent's rows: only a cleanup's wholly
+            // unowned sstable is removed so (`dropped`).
+            if i.operation != "cleanup" {
+                return Err(format!(
+                    "parent {pf} has no children, which only a cleanup may record (operation {:?})",
+                    i.operation
+                ));
+            }
+            if !p.children_dir.is_empty() {
+                return Err(format!(
+                    "parent {pf} has no children but children_dir {:?}",
+                    p.children_dir
+                ));
+            }
+            continue;
+        }
+        let cd = &p.children_dir;
+        let bare = cd.starts_with("children-")
+            && !cd.contains('/')
+            && !cd.contains('\0')
+            && cd.len() > "children-".len();
+        if !bare {
+            return Err(format!(
+                "parent {pf}: children_dir {cd:?} is not a bare children-* directory name of this job"
+            ));
+        }
+        if !dirs.insert(cd.as_str()) {
+            return Err(format!("children_dir {cd} is listed for two parents"));
+        }
+        let children = match jd.kind(cd).map_err(|e| format!("{cd}: {e}"))? {
+            None => continue,
+            Some(Kind::Dir) => jd.open_dir(cd).map_err(|e| format!("{cd}: {e}"))?,
+            Some(k) => return Err(format!("{cd} is {}, not a directory", kind_name(k))),
+        };
+        let mut datas = BTreeSet::new();
+        for c in &p.children {
+            let cf = &c.data_file;
+            bare_data_name(cf).map_err(|e| format!("{cd}: child {e}"))?;
+            if !datas.insert(cf.as_str()) {
+                return Err(format!("{cd}: child {cf} is listed twice"));
+            }
+            let prefix = cf.strip_suffix("Data.db").unwrap_or(cf);
+            let mut names = BTreeSet::new();
+            for f in &c.files {
+                let n = f.name.as_str();
+                let suffix = n.strip_prefix(prefix).unwrap_or("");
+                if suffix.is_empty() || n.contains('/') || n.contains('\0') {
+                    return Err(format!("{cd}: {n:?} is not a file of {prefix}*"));
+                }
+                if !names.insert(n) {
+                    return Err(format!("{cd}: {n} is listed twice"));
+                }
+                match children.kind(n).map_err(|e| format!("{cd}/{n}: {e}"))? {
+                    None | Some(Kind::File) => {}
+                    Some(k) => return Err(format!("{cd}/{n} is {}, not a file", kind_name(k))),
+                }
+            }
+            let toc_name = format!("{prefix}TOC.txt");
+            for must in [cf.as_str(), toc_name.as_str()] {
+                if !names.contains(must) {
+                    return Err(format!(
+                        "{cd}: child {cf}'s file list has no {must}: it would be published incomplete"
+                    ));
+                }
+            }
+            // The list is the sstable its TOC.txt says (TOC.txt lists itself, as
+            // Cassandra's `SSTable.componentsFor` expects; tolerated if not).
+            let toc_path = job.join(cd).join(&toc_name);
+            let bytes = match children.open_read(&toc_name) {
+                Ok(mut f) => {
+                    let mut b = Vec::new();
+                    std::io::Read::read_to_end(&mut f, &mut b)
+                        .map_err(|e| format!("{}: {e}", toc_path.display()))?;
+                    b
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(format!("{}: {e}", toc_path.display())),
+            };
+            let toc = Toc::parse(&toc_path, &bytes).map_err(|e| e.to_string())?;
+            let mut listed: BTreeSet<String> = toc
+                .components
+                .iter()
+                .map(|c| format!("{prefix}{}", c.file_name()))
+                .collect();
+            listed.insert(toc_name.clone());
+            let have: BTreeSet<String> = names.iter().map(|n| n.to_string()).collect();
+            if listed != have {
+                return Err(format!(
+                    "{cd}: child {cf}'s file list {:?} is not the sstable its TOC.txt lists {:?}",
+                    have, listed
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads the staged children's keys again (their Index.db, as `Staged::check` did) and
+/// compares them with what was checked at staging: each child's partition count, and each
+/// parent's children's fingerprint where the intent recorded it.
+fn children_keys(job: &Path, i: &Intent) -> Result<(), String> {
+    for p in i.parents.iter().filter(|p| !p.children.is_empty()) {
+        let mut fp = Fingerprint::default();
+        for c in &p.children {
+            let path = job.join(&p.children_dir).join(&c.data_file);
+            let t = SSTable::open(&path).map_err(|e| e.to_string())?;
+            let rep = t
+                .check(CheckLevel::Index, &mut |_| {})
+                .map_err(|e| e.to_string())?;
+            if rep.fingerprint.count != c.partitions {
+                return Err(format!(
+                    "{}: {} partitions, the intent recorded {}",
+                    path.display(),
+                    rep.fingerprint.count,
+                    c.partitions
+                ));
+            }
+            fp.merge(&rep.fingerprint);
+        }
+        if let Some(want) = &p.fingerprint {
+            let got = RecordedFingerprint::from(fp);
+            if &got != want {
+                return Err(format!(
+                    "{}: the children's key fingerprint is {got:?}, checked at staging {want:?}",
+                    job.join(&p.children_dir).display()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Records the outcome durably, then removes what the job staged and its intent. A
