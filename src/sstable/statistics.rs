@@ -931,6 +931,25 @@ impl Statistics {
                 }
                 STATS => {
                     let s = Stats::parse(&mut cr, v)?;
+                    // 5.0's `TombstoneHistogram.HistogramSerializer` writes 12 bytes a bin
+                    // (long point, int count) for `oa`, but its `serializedSize` still counts
+                    // 16; `MetadataSerializer` places the next component by serializedSize,
+                    // so the STATS body ends with 4 zero bytes a bin. Seen on every 5.0.9
+                    // flush with a TTL or a tombstone (tests/oracle_live.rs).
+                    let pad = if v.has_uint_deletion_time() {
+                        4 * s.tombstone_drop_times.bins.len()
+                    } else {
+                        0
+                    };
+                    if pad > 0 && cr.remaining() == pad {
+                        let at = cr.offset();
+                        if cr.bytes(pad, "tombstone histogram size padding")?.iter().any(|b| *b != 0) {
+                            return Err(cr.corrupt_at(
+                                at,
+                                format!("the {pad} bytes after STATS metadata (Cassandra's serializedSize padding of 4 a tombstone histogram bin) are not zero"),
+                            ));
+                        }
+                    }
                     cr.expect_end("STATS metadata")?;
                     out.stats = Some(s);
                 }
