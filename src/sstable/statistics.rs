@@ -943,7 +943,11 @@ impl Statistics {
                     };
                     if pad > 0 && cr.remaining() == pad {
                         let at = cr.offset();
-                        if cr.bytes(pad, "tombstone histogram size padding")?.iter().any(|b| *b != 0) {
+                        if cr
+                            .bytes(pad, "tombstone histogram size padding")?
+                            .iter()
+                            .any(|b| *b != 0)
+                        {
                             return Err(cr.corrupt_at(
                                 at,
                                 format!("the {pad} bytes after STATS metadata (Cassandra's serializedSize padding of 4 a tombstone histogram bin) are not zero"),

@@ -23,7 +23,9 @@ pub fn in_ci() -> bool {
 pub fn require<T>(test: &str, r: Result<T, String>) -> Option<T> {
     match r {
         Ok(x) => Some(x),
-        Err(why) if in_ci() => panic!("{test}: the Cassandra oracle is missing under CI=true: {why}"),
+        Err(why) if in_ci() => {
+            panic!("{test}: the Cassandra oracle is missing under CI=true: {why}")
+        }
         Err(why) => {
             eprintln!("SKIP {test}: {why}");
             None
