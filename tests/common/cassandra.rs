@@ -94,7 +94,7 @@ pub fn tool(version: &str, class: &str, args: &[&std::ffi::OsStr]) -> Output {
 }
 
 /// Repair state of one sstable as Cassandra's `SSTableMetadataViewer` (sstablemetadata)
-/// prints it: (`Repaired at`, `Pending repair`, `isTransient` when printed).
+/// prints it: (`Repaired at` in ms, the `Pending repair` text).
 pub fn repair_state(version: &str, data_db: &Path) -> (i64, String) {
     let out = tool(
         version,
@@ -300,9 +300,15 @@ impl Node {
         ])
     }
 
-    /// `nodetool verify -e -f ks tables...` (extended: every partition read).
+    /// `nodetool verify -e -f ks tables...` (extended: every partition read). 4.0's verify has
+    /// no `-f` (4.1 added it with the warning that verify is unsafe, CASSANDRA-17017); it
+    /// answers `Keyspace [-f] does not exist`.
     pub fn verify(&self, ks: &str, tables: &[&str]) -> Output {
-        let mut a = vec!["verify", "-e", "-f", ks];
+        let mut a = vec!["verify", "-e"];
+        if !self.version.starts_with("4.0.") {
+            a.push("-f");
+        }
+        a.push(ks);
         a.extend_from_slice(tables);
         self.nodetool(&a)
     }
