@@ -32,6 +32,9 @@ else
   echo "not root: the Kubernetes end-to-end test will say why it skips"
 fi
 
+step "Cassandra test oracle (scripts/cassandra-testenv.sh install: jars from Maven Central, JVMs; cached)"
+scripts/cassandra-testenv.sh install
+
 step "python test dependencies (tests/py/requirements.txt)"
 pip_log="$(mktemp)"
 if ! python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \

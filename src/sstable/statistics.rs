@@ -769,11 +769,11 @@ pub struct Statistics {
     pub toc_order: Vec<i32>,
     /// Zero bytes after the STATS body, inside its slot. `MetadataSerializer.serialize`
     /// writes each component as `DataOutputBuffer(serializedSize).getData()`, the whole
-    /// buffer, so where `StatsMetadataSerializer.serializedSize` counts more than
-    /// `serialize` writes the slot ends in zeros: 4 in every BIG `oa` sstable Cassandra 5.0.9
-    /// writes (its CQLSSTableWriter and its compaction alike; `tests/oracle_*`). Readers
-    /// look a component up by its offset and never reach them; kept for a byte-exact
-    /// rewrite.
+    /// buffer, and for `oa` 5.0's `TombstoneHistogram.HistogramSerializer.serializedSize`
+    /// counts 16 bytes a bin where `serialize` writes 12: the slot ends in 4 zero bytes a
+    /// bin (every 5.0.9 sstable with a TTL or a tombstone, from its CQLSSTableWriter and its
+    /// compaction alike). Readers look a component up by its offset and never reach them;
+    /// kept for a byte-exact rewrite.
     pub stats_padding: usize,
 }
 
@@ -940,12 +940,31 @@ impl Statistics {
                 }
                 STATS => {
                     let s = Stats::parse(&mut cr, v)?;
-                    let rest = cr.peek_rest();
-                    if rest.iter().all(|b| *b == 0) {
-                        out.stats_padding = rest.len();
+                    // 5.0's `TombstoneHistogram.HistogramSerializer` writes 12 bytes a bin
+                    // (long point, int count) for `oa`, but its `serializedSize` still counts
+                    // 16; `MetadataSerializer` places the next component by serializedSize,
+                    // so the STATS body ends with 4 zero bytes a bin. Seen on every 5.0.9
+                    // flush with a TTL or a tombstone (tests/oracle_live.rs).
+                    let pad = if v.has_uint_deletion_time() {
+                        4 * s.tombstone_drop_times.bins.len()
                     } else {
-                        cr.expect_end("STATS metadata")?;
+                        0
+                    };
+                    if pad > 0 && cr.remaining() == pad {
+                        let at = cr.offset();
+                        if cr
+                            .bytes(pad, "tombstone histogram size padding")?
+                            .iter()
+                            .any(|b| *b != 0)
+                        {
+                            return Err(cr.corrupt_at(
+                                at,
+                                format!("the {pad} bytes after STATS metadata (Cassandra's serializedSize padding of 4 a tombstone histogram bin) are not zero"),
+                            ));
+                        }
+                        out.stats_padding = pad;
                     }
+                    cr.expect_end("STATS metadata")?;
                     out.stats = Some(s);
                 }
                 _ => {

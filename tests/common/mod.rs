@@ -5,6 +5,7 @@
     reason = "each test crate includes this module and uses only some of its helpers"
 )]
 
+pub mod cassandra;
 pub mod k8s;
 pub mod mgmt;
 pub mod oracle_java;
