@@ -85,7 +85,7 @@ start_node() {
 env_of() { (set -a; . "$1/cassandra.env"; printf '%s\n' "${!2}"); }
 
 # make_parent SIZE NODE_DIR: the node holds exactly one sstable of SIZE content in oracle.blob_ck;
-# prints the table directory. The node is left stopped.
+# sets TABLE_DIR. The node is left stopped. (Not run in a subshell: NODES must reach the trap.)
 make_parent() {
   local size=$1 node=$2 bytes partitions gen table_dir
   bytes=$(bytes_of "$size")
@@ -109,7 +109,7 @@ make_parent() {
   table_dir=$(ls -d "$(env_of "$node" DATA_DIR)"/oracle/"$FAMILY"-*)
   [ "$(ls "$table_dir"/*-Data.db | wc -l)" = 1 ] || { ls -l "$table_dir" >&2; echo "expected one sstable" >&2; exit 1; }
   rm -rf "$gen"
-  printf '%s\n' "$table_dir"
+  TABLE_DIR=$table_dir
 }
 
 # restore TABLE_DIR PRISTINE: the table holds exactly the pristine parent again (reflink copies).
@@ -136,7 +136,8 @@ run_split() {
   printf 'size\ttool\twall_s\tuser_s\tsys_s\tpeak_rss_mib\tread_mib\twritten_mib\tload1\n'
   for size in $SIZES; do
     node=$MNT/node-$size
-    table_dir=$(make_parent "$size" "$node")
+    make_parent "$size" "$node"
+    table_dir=$TABLE_DIR
     pristine=$MNT/pristine-$size
     mkdir -p "$pristine"
     cp --reflink=always "$table_dir"/* "$pristine"/
