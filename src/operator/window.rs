@@ -337,9 +337,11 @@ pub async fn start(api: &NodeApi, deadline: i64) -> Result<(), Failure> {
                 match c.start(left(deadline, Duration::from_secs(1))).await {
                     Ok(Start::Started) => return Ok(()),
                     // Between the pid and the start a process appeared: look again.
-                    Ok(Start::AlreadyRunning(code)) => last = format!(
+                    Ok(Start::AlreadyRunning(code)) => {
+                        last = format!(
                         "/api/v0/lifecycle/start answered {code} (a Cassandra process is there)"
-                    ),
+                    )
+                    }
                     Ok(Start::Failed(code, m)) => {
                         last = format!("/api/v0/lifecycle/start answered {code}: {m}")
                     }
