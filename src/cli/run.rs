@@ -103,6 +103,10 @@ pub struct RunArgs {
     /// every window's `maxDowntimeSeconds`.
     #[arg(long = "management-api-start-seconds", default_value_t = 120)]
     pub management_api_start_seconds: u64,
+    /// Bound of `/lifecycle/stop` (the agent's own worst case is 35 s: 7 SIGTERMs 5 s apart,
+    /// then SIGKILL): reserved in every window's `maxDowntimeSeconds`.
+    #[arg(long = "management-api-stop-seconds", default_value_t = 40)]
+    pub management_api_stop_seconds: u64,
 }
 
 /// `--management-api` and its TLS, as the windows' node API.
@@ -125,6 +129,7 @@ fn node_api(a: &RunArgs) -> Result<Option<cleave::operator::window::NodeApi>> {
         client: cleave::mgmt::Client::new(endpoint),
         timing: cleave::operator::window::Timing {
             start_allowance: Duration::from_secs(a.management_api_start_seconds),
+            stop_timeout: Duration::from_secs(a.management_api_stop_seconds),
             ..Default::default()
         },
     }))

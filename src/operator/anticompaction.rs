@@ -10,7 +10,7 @@ use std::time::Instant;
 use kube::ResourceExt;
 
 use super::core::{lease, now, restart, Ctx, Ended, Kind, Run, Store};
-use super::crd::{AnticompactionJob, JobStatus, Maintenance, Publish, SSTableResult, WindowStep};
+use super::crd::{AnticompactionJob, JobStatus, Maintenance, Publish, SSTableResult};
 use super::decide::{self, TableClaim};
 use super::job::{self, Outcome, Step};
 use super::metrics::Metrics;
@@ -56,12 +56,9 @@ impl Kind for AnticompactionJob {
                 return;
             }
         }
-        let deadline = match (&ctx.window, &latest.window) {
-            (Some(api), Some(w)) if windowed && w.step >= WindowStep::Stopped => {
-                Some(window::replace_deadline(w, &api.timing))
-            }
-            _ => None,
-        };
+        let deadline = windowed
+            .then(|| window::deadline_of(ctx.window.as_ref(), &latest))
+            .flatten();
         let (mut ended, mut last, hit) = self
             .split(&ctx, &mut run, &mut lease, latest, &data_dir, deadline)
             .await;
@@ -71,9 +68,9 @@ impl Kind for AnticompactionJob {
             ended = job::end_on_restart(dirs, uid, &self.spec.node_name, ended, true).await;
         }
         if hit && matches!(ended, Ended::Interrupted) {
-            ended = Ended::Failed(Failure::new(
-                Reason::DowntimeExceeded,
-                format!("the Replace was stopped between two sstables to leave Cassandra its start allowance within maxDowntimeSeconds; {} of {} parents are replaced, the others untouched. Run the job again for the rest", last.progress.sstables_done, last.progress.sstables_total),
+            ended = Ended::Failed(window::replace_stopped(
+                last.progress.sstables_done,
+                last.progress.sstables_total,
             ));
         }
         if windowed {
@@ -86,6 +83,10 @@ impl Kind for AnticompactionJob {
     /// replace, the intents and staged children of an `OnRestart` not yet applied, so that
     /// the next restart does not publish a deleted job) on this node. Children already
     /// published stay: they are Cassandra's data.
+    async fn close_window<S: Store>(self: Arc<Self>, ctx: Arc<Ctx<S>>) -> bool {
+        window::close_finished(self, ctx).await
+    }
+
     async fn cleanup<S: Store>(self: Arc<Self>, ctx: Arc<Ctx<S>>, _stopped: bool) -> String {
         let data_dir = decide::data_dir(self.spec.data_directory.as_deref(), &ctx.data_dir);
         let name = self.name_any();
@@ -158,6 +159,14 @@ impl AnticompactionJob {
         let mut worker_status = latest.clone();
         let (n2, ns2, c2) = (name.clone(), ns.clone(), run.cancel.clone());
         let uid = restart::job_uid(self);
+        // Past the deadline already (a sidecar resumed late): not one sstable.
+        let mut hit = deadline.is_some_and(|d| now() >= d);
+        if hit {
+            tracing::warn!(
+                "the maintenance window's Replace deadline has passed: replacing nothing"
+            );
+            run.cancel.store(true, Ordering::Relaxed);
+        }
         let task = tokio::task::spawn_blocking(move || {
             let mut on_step = |step: Step<'_>, s: &JobStatus| {
                 if let Step::Done { result, report } = step {
@@ -193,7 +202,10 @@ impl AnticompactionJob {
         let mut task = std::pin::pin!(task);
         let mut beat = tokio::time::interval(ctx.heartbeat);
         beat.tick().await;
-        let mut hit = false;
+        // The window's Replace deadline, to the second rather than on heartbeat ticks
+        // (a sidecar resumed past it replaces nothing: the worker sees `cancel` before its
+        // first sstable).
+        let mut deadline_passed = std::pin::pin!(window::until(deadline));
         let joined = loop {
             tokio::select! {
                 r = &mut task => break r,
@@ -216,11 +228,11 @@ impl AnticompactionJob {
                     if lease.lost {
                         run.cancel.store(true, Ordering::Relaxed);
                     }
-                    if deadline.is_some_and(|d| now() >= d) && !hit {
-                        tracing::warn!("the maintenance window's Replace deadline passed: stopping after the current sstable");
-                        hit = true;
-                        run.cancel.store(true, Ordering::Relaxed);
-                    }
+                }
+                _ = &mut deadline_passed, if !hit => {
+                    tracing::warn!("the maintenance window's Replace deadline passed: stopping after the current sstable");
+                    hit = true;
+                    run.cancel.store(true, Ordering::Relaxed);
                 }
             }
         };

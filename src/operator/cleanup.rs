@@ -106,8 +106,11 @@ impl Kind for CleanupJob {
                 return;
             }
         }
+        let deadline = windowed
+            .then(|| window::deadline_of(ctx.window.as_ref(), &latest))
+            .flatten();
         let mut ended = match self
-            .clean(&ctx, &mut run, &mut lease, &mut latest, owned)
+            .clean(&ctx, &mut run, &mut lease, &mut latest, owned, deadline)
             .await
         {
             Ok(e) => e,
@@ -134,6 +137,10 @@ impl Kind for CleanupJob {
     /// Removes this job's staging directories (Stage) and the intents of an `OnRestart` not
     /// yet applied (so the next restart does not publish a deleted job): children already
     /// published stay.
+    async fn close_window<S: Store>(self: Arc<Self>, ctx: Arc<Ctx<S>>) -> bool {
+        window::close_finished(self, ctx).await
+    }
+
     async fn cleanup<S: Store>(self: Arc<Self>, ctx: Arc<Ctx<S>>, _stopped: bool) -> String {
         let d = data_dir(&self.spec, &ctx.data_dir);
         let (name, spec) = (self.name_any(), self.spec.clone());
@@ -273,6 +280,7 @@ impl CleanupJob {
         lease: &mut lease::Lease<'_, S, CleanupJob>,
         latest: &mut JobStatus,
         (owned, gate): (Vec<TokenRange>, Option<Gate>),
+        deadline: Option<i64>,
     ) -> Result<Ended, Failure> {
         let spec = self.spec.clone();
         let d = data_dir(&spec, &ctx.data_dir);
@@ -285,6 +293,13 @@ impl CleanupJob {
         let target = job::target_cassandra(spec.target_cassandra.as_deref(), ctx.limits.cassandra)?;
         let metrics = ctx.metrics.clone();
         let cancel = run.cancel.clone();
+        let tables = dirs.len();
+        // A window's Replace deadline: checked before each table (the engine's cleanup of
+        // one table is not interrupted), and before the first (a sidecar resumed late).
+        let mut hit = deadline.is_some_and(|d| now() >= d);
+        if hit {
+            cancel.store(true, Ordering::Relaxed);
+        }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<JobStatus>();
         let mut st = latest.clone();
         st.results.clear();
@@ -389,9 +404,15 @@ impl CleanupJob {
         let mut beat = tokio::time::interval(ctx.heartbeat);
         beat.tick().await;
         let generation = self.metadata.generation;
+        let mut deadline_passed = std::pin::pin!(window::until(deadline));
         let joined = loop {
             tokio::select! {
                 r = &mut task => break r,
+                _ = &mut deadline_passed, if !hit => {
+                    tracing::warn!("the maintenance window's Replace deadline passed: stopping after the current table");
+                    hit = true;
+                    run.cancel.store(true, Ordering::Relaxed);
+                }
                 Some(s) = rx.recv() => {
                     *latest = status::next(latest, Event::Progress { identity: &ctx.identity, progress: &s.progress, results: &s.results }, generation, now()).status;
                     lease.write(latest).await;
@@ -422,6 +443,19 @@ impl CleanupJob {
             now(),
         )
         .status;
+        if cancelled && hit {
+            let done = st
+                .results
+                .iter()
+                .map(|r| &r.parent)
+                .filter_map(|p| Path::new(p).parent())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len();
+            return Err(Failure::new(
+                Reason::DowntimeExceeded,
+                format!("the cleanup was stopped between two tables at drainedAt + maxDowntimeSeconds − the start allowance, to leave Cassandra its start within the budget; {done} of {tables} tables are cleaned, the others untouched. Run the job again for the rest"),
+            ));
+        }
         Ok(match (cancelled, self.spec.dry_run) {
             (true, _) => Ended::Interrupted,
             (false, true) => Ended::Planned,

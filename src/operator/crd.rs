@@ -518,10 +518,14 @@ pub enum WindowStep {
 pub struct WindowStatus {
     /// The last step done.
     pub step: WindowStep,
-    /// When Cassandra was asked to stop (seconds since the epoch); the downtime budget
-    /// counts from here.
+    /// When Cassandra was asked to stop (seconds since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_at: Option<i64>,
+    /// When Cassandra was asked to drain (seconds since the epoch): a drained node serves
+    /// nothing, so the downtime budget counts from here (windows recorded before this field
+    /// count from `stoppedAt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained_at: Option<i64>,
     /// When the readiness probe answered 200 again (seconds since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_at: Option<i64>,

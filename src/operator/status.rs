@@ -315,8 +315,9 @@ pub fn next(status: &JobStatus, ev: Event<'_>, generation: Option<i64>, now: i64
                     EventType::Normal,
                     Milestone::WindowClosed,
                     &format!(
-                        "Cassandra is ready again after {} s down",
-                        window.ready_at.unwrap_or(now) - window.stopped_at.unwrap_or(now)
+                        "Cassandra is ready again {} s after the drain",
+                        window.ready_at.unwrap_or(now)
+                            - window.drained_at.or(window.stopped_at).unwrap_or(now)
                     ),
                 ),
                 _ => None,

@@ -5,16 +5,18 @@
 //! ```text
 //!   probe cluster (LOCAL_QUORUM at the keyspace's RF) -- 500 --> Failed ClusterUnavailable
 //!   flush the tables                       => Flushed    (Cassandra runs)
-//!   drain                                  => Drained    (no more writes)
-//!   stop, pid 204, no holder of the table  => Stopped    (the budget counts from here)
-//!   Replace every parent (job::run)        => Replaced
-//!   start (retried)                        => Started
-//!   readiness 200                          => Ready
+//!   drain                                  => Drained    (the budget counts from here)
+//!   stop, pid 204, no holder of the table  => Stopped
+//!   Replace every parent (job::run)        => Replaced   (until drain + budget − start allowance)
+//!   stop again while a pid remains, start  => Started    (retried until drain + budget)
+//!   readiness 200                          => Ready      (by drain + budget)
 //! ```
 //!
 //! Each step is written to `status.window` before the next begins, so a sidecar that
 //! restarts in the middle knows where Cassandra stands: from `Stopped` on, whatever
-//! happens, the window ends with a start. Why the bounds (cass-operator and management-api
+//! happens, the window ends with a start. The budget counts from the drain, not the stop: a
+//! drained Cassandra serves no client (`StorageService.drain` stops the native transport and
+//! gossip), so for cass-operator and the clients the node is down from there. Why the bounds (cass-operator and management-api
 //! behaviour, `../shared/third-party/README.md`): cass-operator never calls
 //! `/lifecycle/start` for a pod it did not stop and deletes a pod that has not been ready for
 //! 10 minutes (`deleteStuckNodes`), so the budget is at most 540 s and the sidecar itself
@@ -58,16 +60,19 @@ pub trait Windowed: Kind {
 pub const DEFAULT_MAX_DOWNTIME: u32 = 300;
 /// The largest accepted `maxDowntimeSeconds`: a minute below cass-operator's 600 s.
 pub const MAX_DOWNTIME_LIMIT: u32 = 540;
-/// `/lifecycle/stop`'s own worst case (7 × 5 s of SIGTERM, then SIGKILL), plus margin.
+/// `/lifecycle/stop`'s own worst case (7 × 5 s of SIGTERM, then SIGKILL), plus margin: the
+/// default of [`Timing::stop_timeout`].
 pub const STOP_ALLOWANCE: Duration = Duration::from_secs(40);
 /// The rate the window's prediction assumes for the bytes a Replace writes (boundary
 /// chunks, components; shared extents cost nothing): a slow disk's.
 pub const PREDICTED_WRITE_RATE: u64 = 50 << 20;
 /// The fixed cost the prediction assumes per parent (open, check, transaction log, fsyncs).
 pub const PREDICTED_PER_PARENT: Duration = Duration::from_millis(500);
-const START_ATTEMPTS: u32 = 3;
-const START_RETRY: Duration = Duration::from_secs(5);
-const READY_POLL: Duration = Duration::from_secs(2);
+/// The pause between two start attempts (and two looks at the pid after a stop): the start
+/// is retried until the budget ends, so an outage of the agent shorter than what remains
+/// of the budget does not leave Cassandra down.
+const START_RETRY: Duration = Duration::from_secs(1);
+const READY_POLL: Duration = Duration::from_secs(1);
 
 /// How long the window's I/O may take, from the sidecar's flags.
 #[derive(Debug, Clone)]
@@ -77,7 +82,7 @@ pub struct Timing {
     pub start_allowance: Duration,
     /// Bound of flush and drain each.
     pub drain_timeout: Duration,
-    /// Bound of the stop call.
+    /// Bound of the stop call (`--management-api-stop-seconds`), reserved in the budget.
     pub stop_timeout: Duration,
 }
 
@@ -86,7 +91,7 @@ impl Default for Timing {
         Timing {
             start_allowance: Duration::from_secs(120),
             drain_timeout: Duration::from_secs(120),
-            stop_timeout: Duration::from_secs(60),
+            stop_timeout: STOP_ALLOWANCE,
         }
     }
 }
@@ -123,14 +128,14 @@ pub fn check_prediction(budget_s: u32, replace: Duration, t: &Timing) -> Result<
             format!("spec.maxDowntimeSeconds: {budget_s} is above {MAX_DOWNTIME_LIMIT} (cass-operator deletes a pod that is not ready for 600 s)"),
         ));
     }
-    let predicted = STOP_ALLOWANCE + replace + t.start_allowance;
+    let predicted = t.stop_timeout + replace + t.start_allowance;
     if predicted > Duration::from_secs(u64::from(budget_s)) {
         return Err(Failure::new(
             Reason::DowntimeExceeded,
             format!(
                 "the window is predicted to take {} s (stop {} s + Replace {:.1} s + start {} s, --management-api-start-seconds), above spec.maxDowntimeSeconds {budget_s}: nothing was asked of Cassandra. Raise maxDowntimeSeconds (≤ {MAX_DOWNTIME_LIMIT}), split fewer sstables per job, or use publish: Stage (no downtime)",
                 predicted.as_secs(),
-                STOP_ALLOWANCE.as_secs(),
+                t.stop_timeout.as_secs(),
                 replace.as_secs_f64(),
                 t.start_allowance.as_secs()
             ),
@@ -159,36 +164,48 @@ pub fn resume_point(w: Option<&WindowStatus>) -> Resume {
     }
 }
 
-/// One step of the opening, from the recorded `at`: the probe and flush, the drain, then
-/// the `Stopped` record itself (the caller writes it, then calls [`stop`]); `None` past it.
+/// One step of the opening, from the recorded step `at` (`None`: no window yet): the probe
+/// and flush, the drain, then the `Stopped` record itself (the caller writes it, then calls
+/// [`stop`]); `None` past it.
 pub async fn open_step(
     api: &NodeApi,
     spec: &WindowSpec<'_>,
-    at: Option<WindowStep>,
+    at: Option<&WindowStatus>,
     now: i64,
 ) -> Result<Option<WindowStatus>, Failure> {
     let budget = budget(spec);
-    let status = |step, stopped_at| WindowStatus {
+    let status = |step, drained_at, stopped_at| WindowStatus {
         step,
         stopped_at,
+        drained_at,
         ready_at: None,
         max_downtime_seconds: budget,
     };
     let c = &api.client;
-    match at {
+    match at.map(|w| w.step) {
         None | Some(WindowStep::Ready) => {
             probe(c, spec.keyspace).await?;
             c.flush(spec.keyspace, spec.tables, api.timing.drain_timeout)
                 .await?;
-            Ok(Some(status(WindowStep::Flushed, None)))
+            Ok(Some(status(WindowStep::Flushed, None, None)))
         }
         Some(WindowStep::Flushed) => {
-            c.drain(api.timing.drain_timeout).await?;
-            Ok(Some(status(WindowStep::Drained, None)))
+            // The budget counts from the moment the drain is asked: from there the node
+            // serves no client. The drain may not take the whole budget.
+            let timeout = api
+                .timing
+                .drain_timeout
+                .min(Duration::from_secs(u64::from(budget)));
+            c.drain(timeout).await?;
+            Ok(Some(status(WindowStep::Drained, Some(now), None)))
         }
-        // Recorded before the call ([`stop`]): the budget counts from the moment Cassandra
-        // may go down, and a sidecar that dies during the call must find a window to close.
-        Some(WindowStep::Drained) => Ok(Some(status(WindowStep::Stopped, Some(now)))),
+        // Recorded before the call ([`stop`]): a sidecar that dies during the call must find
+        // a window to close.
+        Some(WindowStep::Drained) => Ok(Some(status(
+            WindowStep::Stopped,
+            at.and_then(|w| w.drained_at).or(Some(now)),
+            Some(now),
+        ))),
         Some(WindowStep::Stopped | WindowStep::Replaced | WindowStep::Started) => Ok(None),
     }
 }
@@ -212,22 +229,70 @@ async fn probe(c: &Client, keyspace: &str) -> Result<(), Failure> {
     }
 }
 
+/// When the window's budget began: the drain (a window recorded before `drainedAt`
+/// existed: the stop).
+pub fn began(w: &WindowStatus) -> i64 {
+    w.drained_at.or(w.stopped_at).unwrap_or(0)
+}
+
+/// When Cassandra must be ready again: the drain plus `maxDowntimeSeconds`.
+pub fn window_deadline(w: &WindowStatus) -> i64 {
+    began(w) + i64::from(w.max_downtime_seconds)
+}
+
 /// When the Replace must stop (between two sstables) to leave the start its allowance.
 pub fn replace_deadline(w: &WindowStatus, t: &Timing) -> i64 {
-    w.stopped_at.unwrap_or(0) + i64::from(w.max_downtime_seconds)
-        - i64::try_from(t.start_allowance.as_secs()).unwrap_or(i64::MAX)
+    window_deadline(w) - i64::try_from(t.start_allowance.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// The Replace deadline of a resource's run, if it runs in an open window.
+pub fn deadline_of(api: Option<&NodeApi>, latest: &JobStatus) -> Option<i64> {
+    match (api, &latest.window) {
+        (Some(api), Some(w)) if w.step >= WindowStep::Stopped && w.step < WindowStep::Ready => {
+            Some(replace_deadline(w, &api.timing))
+        }
+        _ => None,
+    }
+}
+
+/// Resolves at `deadline` (seconds since the epoch), at once if it passed; never for `None`.
+pub async fn until(deadline: Option<i64>) {
+    match deadline {
+        Some(d) => {
+            let left = u64::try_from(d.saturating_sub(now())).unwrap_or(0);
+            tokio::time::sleep(Duration::from_secs(left)).await
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The failure of a Replace stopped at its deadline, `done` of `total` parents replaced.
+pub fn replace_stopped(done: u64, total: u64) -> Failure {
+    Failure::new(
+        Reason::DowntimeExceeded,
+        format!("the Replace was stopped between two sstables at drainedAt + maxDowntimeSeconds − the start allowance, to leave Cassandra its start within the budget; {done} of {total} parents are replaced, the others untouched. Run the job again for the rest"),
+    )
+}
+
+/// The time left until `deadline`, at least `floor` (one call gets at least that).
+fn left(deadline: i64, floor: Duration) -> Duration {
+    Duration::from_secs(u64::try_from(deadline.saturating_sub(now())).unwrap_or(0)).max(floor)
 }
 
 /// The stop: `/lifecycle/stop`, then the pid endpoint must be 204 and no process may hold
 /// the job's tables (the Replace guard). Called after `Stopped` is recorded, so that a
 /// sidecar that dies during the call finds a window to close.
-pub async fn stop(api: &NodeApi, dirs: &[PathBuf]) -> Result<(), Failure> {
+pub async fn stop(api: &NodeApi, w: &WindowStatus, dirs: &[PathBuf]) -> Result<(), Failure> {
     let c = &api.client;
-    c.stop(api.timing.stop_timeout).await?;
+    let timeout = api
+        .timing
+        .stop_timeout
+        .min(left(window_deadline(w), Duration::from_secs(1)));
+    c.stop(timeout).await?;
     if let Some(pid) = c.pid().await? {
         return Err(Failure::new(
             Reason::CassandraRunning,
-            format!("/api/v0/lifecycle/stop answered 200 but /api/v0/lifecycle/pid still names process {pid}"),
+            format!("/api/v0/lifecycle/stop answered 200 but /api/v0/lifecycle/pid still names process {pid}: nothing was replaced"),
         ));
     }
     super::job::check_replace(dirs)
@@ -239,38 +304,75 @@ pub async fn is_down(api: &NodeApi) -> Result<bool, Failure> {
     Ok(api.client.pid().await?.is_none())
 }
 
-/// Starts Cassandra, retried [`START_ATTEMPTS`] times. Called from `Stopped` on, whatever
-/// happened in between.
-pub async fn start(api: &NodeApi) -> Result<(), Failure> {
-    let mut last = String::new();
-    for attempt in 1..=START_ATTEMPTS {
-        match api.client.start(Duration::from_secs(60)).await {
-            Ok(Start::Started | Start::AlreadyRunning(_)) => return Ok(()),
-            Ok(Start::Failed(code, m)) => {
-                last = format!("/api/v0/lifecycle/start answered {code}: {m}")
+/// Brings Cassandra back after the window drained it: while `/lifecycle/pid` names a
+/// process, that process is the drained one (a stop that failed, timed out, or has not
+/// landed yet; management-api's stop sends SIGTERM up to 7 times 5 s apart), and a drained
+/// Cassandra never becomes ready again by itself (`StorageService.drain` is one-way), so it
+/// is stopped again and awaited; once none runs, `/lifecycle/start`. Every call is retried
+/// until `deadline` (at least one round, for a sidecar that closes a window whose budget
+/// has passed). Err says exactly where Cassandra was left.
+pub async fn start(api: &NodeApi, deadline: i64) -> Result<(), Failure> {
+    let c = &api.client;
+    let (mut rounds, mut last) = (0u32, String::new());
+    let mut running: Option<String> = None;
+    loop {
+        rounds += 1;
+        match c.pid().await {
+            // A Cassandra that answers readiness is not the drained one (a drained node is
+            // never ready again): someone started it, or our own start landed unrecorded.
+            Ok(Some(_)) if c.ready().await.unwrap_or(false) => return Ok(()),
+            Ok(Some(pid)) => {
+                tracing::warn!(%pid, "Cassandra still runs drained after the stop: stopping it again");
+                let timeout = api
+                    .timing
+                    .stop_timeout
+                    .min(left(deadline, Duration::from_secs(1)));
+                if let Err(e) = c.stop(timeout).await {
+                    last = format!("stopping it again: {e}");
+                }
+                running = Some(pid);
+            }
+            Ok(None) => {
+                running = None;
+                match c.start(left(deadline, Duration::from_secs(1))).await {
+                    Ok(Start::Started) => return Ok(()),
+                    // Between the pid and the start a process appeared: look again.
+                    Ok(Start::AlreadyRunning(code)) => {
+                        last = format!(
+                        "/api/v0/lifecycle/start answered {code} (a Cassandra process is there)"
+                    )
+                    }
+                    Ok(Start::Failed(code, m)) => {
+                        last = format!("/api/v0/lifecycle/start answered {code}: {m}")
+                    }
+                    Err(e) => last = e.to_string(),
+                }
             }
             Err(e) => last = e.to_string(),
         }
-        tracing::warn!(attempt, %last, "Cassandra did not start; retrying");
-        if attempt < START_ATTEMPTS {
-            tokio::time::sleep(START_RETRY).await;
+        if now() >= deadline {
+            break;
         }
+        tracing::warn!(round = rounds, %last, "Cassandra is not started yet; retrying until the budget ends");
+        tokio::time::sleep(START_RETRY.min(left(deadline, Duration::ZERO))).await;
     }
+    let state = match running {
+        Some(pid) => format!("Cassandra is left drained and still running (process {pid}): it serves no client until it restarts, and the stop did not take within maxDowntimeSeconds. Delete the pod (its Cassandra starts undrained)"),
+        None => "Cassandra is left stopped (/api/v0/lifecycle/pid 204). Start it with `POST /api/v0/lifecycle/start` on the management API or delete the pod; a sidecar that restarts tries again".to_string(),
+    };
     Err(Failure::new(
         Reason::CassandraStartFailed,
-        format!("Cassandra did not start again after the maintenance window ({START_ATTEMPTS} attempts): {last}. The data is consistent (each parent is either replaced or untouched); start it with `POST /api/v0/lifecycle/start` on the management API or delete the pod (docs/runbook.md)"),
+        format!("Cassandra was not started again within maxDowntimeSeconds from the drain ({rounds} rounds; last: {last}). {state} (docs/runbook.md). The data is consistent: each parent is either replaced or untouched"),
     ))
 }
 
-/// Waits for `/probes/readiness` 200 until the budget (from the stop) ends. `Ok(false)`:
-/// `give_up` (the sidecar shuts down) came first; the next sidecar waits again.
+/// Waits for `/probes/readiness` 200 until `deadline`. `Ok(false)`: `give_up` (the sidecar
+/// shuts down) came first; the next sidecar waits again.
 pub async fn wait_ready(
     api: &NodeApi,
-    w: &WindowStatus,
-    now: impl Fn() -> i64,
+    deadline: i64,
     give_up: impl Fn() -> bool,
 ) -> Result<bool, Failure> {
-    let deadline = w.stopped_at.unwrap_or_else(&now) + i64::from(w.max_downtime_seconds);
     loop {
         match api.client.ready().await {
             Ok(true) => return Ok(true),
@@ -283,7 +385,7 @@ pub async fn wait_ready(
         if now() >= deadline {
             return Err(Failure::new(
                 Reason::CassandraStartFailed,
-                format!("Cassandra was started but /api/v0/probes/readiness did not answer 200 within maxDowntimeSeconds ({} s from the stop). The data is consistent; see the Cassandra container's log (docs/runbook.md)", w.max_downtime_seconds),
+                "Cassandra was started (/api/v0/lifecycle/start answered 201) but /api/v0/probes/readiness did not answer 200 within maxDowntimeSeconds from the drain. The data is consistent; see the Cassandra container's log (docs/runbook.md)",
             ));
         }
         tokio::time::sleep(READY_POLL).await;
@@ -370,13 +472,13 @@ async fn open_steps<K: Windowed, S: Store>(
     });
     let spec = obj.window_spec();
     check_prediction(budget(&spec), predict_replace(&todo, reflink), &api.timing)?;
-    let mut at = latest.window.as_ref().map(|w| w.step);
-    while let Some(w) = open_step(&api, &spec, at, now()).await? {
-        at = Some(w.step);
+    let mut at = latest.window.clone();
+    while let Some(w) = open_step(&api, &spec, at.as_ref(), now()).await? {
+        at = Some(w.clone());
         let stopped = w.step == WindowStep::Stopped;
-        record(&**obj, ctx, lease, latest, w).await;
+        record(&**obj, ctx, lease, latest, w.clone()).await;
         if stopped {
-            stop(&api, &dirs).await?;
+            stop(&api, &w, &dirs).await?;
             // Crash injection for the resume test: die with Cassandra stopped.
             crate::io::fault::point("window:stopped");
             return Ok(());
@@ -385,9 +487,11 @@ async fn open_steps<K: Windowed, S: Store>(
     Ok(())
 }
 
-/// Closes a window that stopped Cassandra: start (unless it already runs), then wait for
-/// readiness. `Ok(false)`: the sidecar shuts down before Cassandra is ready. A status
-/// without an open window is left alone (`Ok(true)`).
+/// Closes a window that stopped Cassandra: start ([`start`]: a drained Cassandra still
+/// running is stopped first), then wait for readiness, both until drain + budget. A sidecar
+/// that closes a window whose budget has already passed (it resumed late) gets one round of
+/// [`start`] and the start allowance for the readiness. `Ok(false)`: the sidecar shuts down
+/// before Cassandra is ready. A status without an open window is left alone (`Ok(true)`).
 pub async fn close<K: Windowed, S: Store>(
     obj: &K,
     ctx: &Ctx<S>,
@@ -401,12 +505,15 @@ pub async fn close<K: Windowed, S: Store>(
         return Ok(true);
     }
     let mut w = w;
+    let deadline = window_deadline(&w);
     if w.step < WindowStep::Started {
-        start(&api).await?;
+        start(&api, deadline).await?;
         w.step = WindowStep::Started;
         record(obj, ctx, lease, latest, w.clone()).await;
     }
-    if !wait_ready(&api, &w, now, || ctx.shutdown_requested()).await? {
+    let late = now() + i64::try_from(api.timing.start_allowance.as_secs()).unwrap_or(0);
+    let ready_by = if now() >= deadline { late } else { deadline };
+    if !wait_ready(&api, ready_by, || ctx.shutdown_requested()).await? {
         return Ok(false);
     }
     w.step = WindowStep::Ready;
@@ -433,11 +540,86 @@ pub async fn end<K: Windowed, S: Store>(
         w.step = WindowStep::Replaced;
     }
     match close(obj, ctx, lease, latest).await {
+        // Ready, but past the budget (a resumed window): say so rather than Complete.
+        Ok(true) if matches!(ended, Ended::Complete) && overran(latest.window.as_ref()) => {
+            let w = latest.window.as_ref();
+            Ended::Failed(Failure::new(
+                Reason::DowntimeExceeded,
+                format!(
+                    "Cassandra is ready again, {} s after the drain: above maxDowntimeSeconds {}",
+                    w.and_then(|w| w.ready_at).unwrap_or(0) - w.map(began).unwrap_or(0),
+                    w.map(|w| w.max_downtime_seconds).unwrap_or(0)
+                ),
+            ))
+        }
         Ok(true) => ended,
         // Shutting down: the next sidecar waits for readiness and resumes.
         Ok(false) => Ended::Interrupted,
         Err(f) => Ended::Failed(f),
     }
+}
+
+/// [`Kind::close_window`] of a windowed kind: a finished resource whose window is open
+/// (from `Stopped` to `Started`: its run failed before Cassandra was ready, or the sidecar
+/// died closing it) gets Cassandra started ([`start`], one round if its budget has passed)
+/// and readiness awaited for the start allowance, then `Ready` recorded, conditional on the
+/// resourceVersion seen (of two sidecars one writes). Its phase and reason stay.
+///
+/// [`Kind::close_window`]: super::core::Kind::close_window
+pub async fn close_finished<K: Windowed, S: Store>(obj: Arc<K>, ctx: Arc<Ctx<S>>) -> bool {
+    let (Some(api), Some(mut w)) = (
+        ctx.window.clone(),
+        obj.status().and_then(|s| s.window.clone()),
+    ) else {
+        return true;
+    };
+    if w.step < WindowStep::Stopped || w.step == WindowStep::Ready {
+        return true;
+    }
+    tracing::warn!(step = ?w.step, "a finished {}'s maintenance window is open: starting Cassandra", K::NOUN);
+    if w.step < WindowStep::Started {
+        if let Err(f) = start(&api, window_deadline(&w)).await {
+            tracing::warn!(reason = %f.reason, detail = %f.message, "the open window is not closed yet");
+            return false;
+        }
+        w.step = WindowStep::Started;
+    }
+    let ready_by = now() + i64::try_from(api.timing.start_allowance.as_secs()).unwrap_or(0);
+    match wait_ready(&api, ready_by, || ctx.shutdown_requested()).await {
+        Ok(true) => {}
+        Ok(false) | Err(_) => return false,
+    }
+    w.step = WindowStep::Ready;
+    w.ready_at = Some(now());
+    let current = obj.status().cloned().unwrap_or_default();
+    let t = status::next(
+        &current,
+        Event::Window {
+            identity: &ctx.identity,
+            window: &w,
+        },
+        obj.meta().generation,
+        now(),
+    );
+    let expect = obj.meta().resource_version.clone();
+    if let Err(e) = ctx
+        .store
+        .patch_status(&*obj, &t.status, expect.as_deref())
+        .await
+    {
+        tracing::warn!(error = %e, "the closed window was not recorded");
+        return false;
+    }
+    if let Some(note) = &t.note {
+        ctx.store.event(&*obj, note).await;
+    }
+    true
+}
+
+/// Whether a closed window lasted longer than its budget.
+fn overran(w: Option<&WindowStatus>) -> bool {
+    w.and_then(|w| w.ready_at.map(|r| r > window_deadline(w)))
+        .unwrap_or(false)
 }
 
 /// A failure before or while opening: a failure before the stop changed nothing; one at or
@@ -482,6 +664,7 @@ mod tests {
         let w = |step| WindowStatus {
             step,
             stopped_at: Some(100),
+            drained_at: None,
             ready_at: None,
             max_downtime_seconds: 300,
         };

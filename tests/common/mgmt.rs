@@ -77,6 +77,13 @@ impl StandIn {
         calls
     }
 
+    /// Whether the stand-in's Cassandra serves (`/probes/readiness` is 200: running, not
+    /// drained).
+    pub fn cassandra_ready(&self) -> bool {
+        http_get(self.port, "/api/v0/probes/readiness")
+            .is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    }
+
     /// Whether the stand-in's Cassandra runs (`/lifecycle/pid` is 200).
     pub fn cassandra_runs(&self) -> bool {
         http_get(self.port, "/api/v0/lifecycle/pid").is_some_and(|r| r.starts_with("HTTP/1.1 200"))

@@ -16,6 +16,19 @@ allow is logged with `"violation"`; a test asserts there is none.
 Usage: mgmt_standin.py --openapi FILE --port-file F --log F --hold FILE --table DIR
        [--start-fails] [--cluster-unhealthy] [--rf N] [--dc NAME] [--ready-after S]
        [--cassandra-stopped] [--ring FILE]
+       [--drain-delay S] [--stop-fails N] [--stop-lingers S] [--start-script SCRIPT]
+       [--outage-at-start S]
+
+Faults (issue 31): a drained Cassandra is never ready again until it is restarted, as
+`StorageService.drain` is one-way; `--drain-delay` makes the drain take S seconds;
+`--stop-fails N` makes the first N stops answer 500 ("Killing Cassandra Failed", a documented
+answer) and leave Cassandra running; `--stop-lingers S` makes a stop answer 200 while the
+process dies only S seconds later (the agent's SIGTERMs not yet taken); `--start-script` is
+a comma-separated list `CODE:DELAY` (CODE 201, 420 or 500, or `hang` for an answer that never
+comes) that the successive starts follow before the normal behaviour;
+`--outage-at-start S` makes the agent unreachable (each connection closed unanswered) for
+S seconds from the first start request (which is itself unanswered): an outage after the
+stop, as cleave meets it when it starts Cassandra again.
 """
 
 import argparse
@@ -131,6 +144,7 @@ class Node:
     def __init__(self, hold, running):
         self.hold = hold
         self.proc = None
+        self.drained = False
         self.ready_at = 0.0
         self.lock = threading.Lock()
         if running:
@@ -143,6 +157,7 @@ class Node:
         f = open(os.path.join(table, live[0]) if live else self.hold, "rb")
         self.proc = subprocess.Popen(["sleep", "100000"], stdin=f, start_new_session=True)
         f.close()
+        self.drained = False
         self.ready_at = time.monotonic() + ready_after
 
     def kill(self):
@@ -168,7 +183,15 @@ def main():
     # JSON {"endpoints": [{ENDPOINT_IP, STATUS, IS_LOCAL, ...}], "ranges": [{tokens, endpoints}],
     # "keyspaces": [...]}, read at every call so that a test can change the ring mid-run.
     ap.add_argument("--ring")
+    ap.add_argument("--drain-delay", type=float, default=0.0)
+    ap.add_argument("--stop-fails", type=int, default=0)
+    ap.add_argument("--stop-lingers", type=float, default=0.0)
+    ap.add_argument("--start-script", default="")
+    ap.add_argument("--outage-at-start", type=float, default=0.0)
     a = ap.parse_args()
+    script = [x.split(":") for x in a.start_script.split(",") if x]
+    faults = {"stops": 0, "outage_until": None}
+    faults_lock = threading.Lock()
     spec = Spec(a.openapi)
     node = Node(a.hold, not a.cassandra_stopped)
     log_lock = threading.Lock()
@@ -186,7 +209,12 @@ def main():
             pass
 
         def answer(self, op, method, path, query, body, violations):
-            status, ctype, out = self.route(method, path, query, body)
+            scripted = None
+            if (method, path) == ("POST", "/api/v0/lifecycle/start"):
+                scripted = self.scripted_start()
+            if (method, path) == ("POST", "/api/v0/ops/node/drain"):
+                time.sleep(a.drain_delay)
+            status, ctype, out = scripted or self.route(method, path, query, body)
             if op is not None:
                 violations += spec.check_answer(op, status, ctype, out)
             entry = {
@@ -227,8 +255,25 @@ def main():
                 if (method, path) == ("POST", "/api/v0/ops/tables/flush"):
                     return 200, text, b"OK"
                 if (method, path) == ("POST", "/api/v0/ops/node/drain"):
+                    node.drained = True
                     return 200, text, b"OK"
                 if (method, path) == ("POST", "/api/v0/lifecycle/stop"):
+                    with faults_lock:
+                        faults["stops"] += 1
+                        n = faults["stops"]
+                    if n <= a.stop_fails:
+                        return 500, text, b"Killing Cassandra Failed"
+                    if a.stop_lingers and node.proc is not None:
+                        proc = node.proc
+
+                        def later():
+                            time.sleep(a.stop_lingers)
+                            with node.lock:
+                                if node.proc is proc:
+                                    node.kill()
+
+                        threading.Thread(target=later, daemon=True).start()
+                        return 200, text, b"OK"
                     node.kill()
                     return 200, text, b"OK"
                 if (method, path) == ("GET", "/api/v0/lifecycle/pid"):
@@ -243,7 +288,7 @@ def main():
                     node.spawn(a.ready_after)
                     return 201, text, b"OK"
                 if (method, path) == ("GET", "/api/v0/probes/readiness"):
-                    if running and time.monotonic() >= node.ready_at:
+                    if running and not node.drained and time.monotonic() >= node.ready_at:
                         return 200, text, b"OK"
                     return 500, text, b""
                 if a.ring and (method, path) == ("GET", "/api/v0/metadata/endpoints"):
@@ -261,8 +306,39 @@ def main():
                     return 200, text, b"OK"
             return 404, text, b"not handled by the stand-in"
 
+        def scripted_start(self):
+            """The next entry of --start-script: its delay is taken outside the node's lock."""
+            with faults_lock:
+                step = script.pop(0) if script else None
+            if step is None:
+                return None
+            code, delay = step[0], float(step[1])
+            if code == "hang":
+                time.sleep(3600)
+            time.sleep(delay)
+            text = "text/plain"
+            with node.lock:
+                if int(code) == 201:
+                    if node.proc is not None:
+                        return 202, text, b""
+                    node.spawn(a.ready_after)
+                    return 201, text, b"OK"
+            return int(code), text, b"Error starting Cassandra"
+
         def handle_any(self, method):
             u = urlsplit(self.path)
+            with faults_lock:
+                if (a.outage_at_start and faults["outage_until"] is None
+                        and (method, u.path) == ("POST", "/api/v0/lifecycle/start")):
+                    faults["outage_until"] = time.monotonic() + a.outage_at_start
+                until = faults["outage_until"]
+            if until is not None and time.monotonic() < until:
+                # Unreachable: the connection is closed without an answer.
+                with log_lock:
+                    with open(a.log, "a") as f:
+                        f.write(json.dumps({"t": time.monotonic(), "method": method, "path": u.path, "status": None, "outage": True}) + "\n")
+                self.close_connection = True
+                return
             query = {k: v[0] for k, v in parse_qs(u.query, keep_blank_values=True).items()}
             n = int(self.headers.get("Content-Length") or 0)
             if n > 1 << 20:

@@ -80,6 +80,16 @@ pub trait Kind:
         ctx: Arc<Ctx<S>>,
         run: Run,
     ) -> impl Future<Output = ()> + Send;
+    /// A finished resource whose maintenance window is still open (its run ended before
+    /// Cassandra was started again, e.g. the start failed through an outage of the agent):
+    /// starts Cassandra and records the window closed. `false`: not closed yet, look again
+    /// later. Kinds without a window have none.
+    fn close_window<S: Store>(
+        self: Arc<Self>,
+        _ctx: Arc<Ctx<S>>,
+    ) -> impl Future<Output = bool> + Send {
+        async { true }
+    }
     /// Deletion, after the core stopped a running execution (`stopped`): removes this node's
     /// unpublished leftovers. Returns what the `Cleanup` Event says.
     fn cleanup<S: Store>(

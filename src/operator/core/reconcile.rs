@@ -67,7 +67,13 @@ async fn apply<K: Kind, S: Store>(
     match next {
         Next::Ignore => Ok(Action::await_change()),
         Next::Wait(d) => Ok(Action::requeue(d)),
-        Next::Finished(ttl) => Ok(ttl.map_or_else(Action::await_change, Action::requeue)),
+        Next::Finished(ttl) => {
+            // A window left open by a failed run: no Cassandra stays down for good.
+            if !obj.clone().close_window(ctx.clone()).await {
+                return Ok(Action::requeue(Duration::from_secs(30)));
+            }
+            Ok(ttl.map_or_else(Action::await_change, Action::requeue))
+        }
         Next::Delete => {
             info!("ttlSecondsAfterFinished passed: deleting the {}", K::NOUN);
             ctx.store.delete(&**obj).await?;
