@@ -14,12 +14,13 @@ export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"
 step() { printf '\n==> %s\n' "$*"; }
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  step "system packages: xfsprogs (loop XFS with reflink for the zero-copy tests), umoci, skopeo, binutils (the image test)"
+  step "system packages: xfsprogs (loop XFS with reflink for the zero-copy tests), umoci, skopeo, binutils (the image test), JDK 17 and Maven (the Cassandra oracle)"
   if ! command -v mkfs.xfs >/dev/null || ! command -v mkfs.ext4 >/dev/null \
-      || ! command -v umoci >/dev/null || ! command -v skopeo >/dev/null || ! command -v strip >/dev/null; then
+      || ! command -v umoci >/dev/null || ! command -v skopeo >/dev/null || ! command -v strip >/dev/null \
+      || ! [ -x /usr/lib/jvm/java-17-openjdk-amd64/bin/javac ] || ! command -v mvn >/dev/null; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      xfsprogs e2fsprogs umoci skopeo binutils >/dev/null
+      xfsprogs e2fsprogs umoci skopeo binutils openjdk-17-jdk-headless maven >/dev/null
   fi
 else
   echo "not root or no apt-get: tests that mount a loop XFS will say why they skip"
