@@ -306,10 +306,11 @@ pub fn canonical_lenient(dir: &Path) -> PathBuf {
     }
 }
 
-/// Why `dir` is, or looks like, a table directory Cassandra reads: it holds sstable files
-/// (named as `Descriptor` parses them; the first few are named), or its name is
-/// `<table>-<32 hex digits>` (`Directories`: table name, '-', the table id without dashes).
-/// `None` for a directory that does not exist.
+/// Why `dir` is a directory Cassandra would read sstables from or that already holds a
+/// split's children: it holds sstable files (named as `Descriptor` parses them; the first
+/// few are named). `None` for a directory without any, or that does not exist. (A name
+/// `<table>-<id>` alone is not refused: an empty directory is how tests and operators
+/// prepare an import.)
 pub fn table_dir_evidence(dir: &Path) -> Option<String> {
     let rd = fs::read_dir(dir).ok()?;
     let mut found: Vec<String> = rd
@@ -328,19 +329,11 @@ pub fn table_dir_evidence(dir: &Path) -> Option<String> {
             if n > 3 { ", ..." } else { "" }
         ));
     }
-    let canon = canonical_lenient(dir);
-    let name = canon.file_name()?.to_str()?;
-    let (table, id) = name.rsplit_once('-')?;
-    let is_table_name =
-        !table.is_empty() && table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    let is_id = id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit());
-    (is_table_name && is_id)
-        .then(|| format!("its name {name:?} is a table directory's (<table>-<table id>)"))
+    None
 }
 
-/// Refuses a `--publish stage` target that is the parent's own table directory, any other
-/// directory Cassandra reads sstables from, or a stage directory already holding sstables
-/// (a previous split's children). Stage publishes no transaction that takes the parent
+/// Refuses a `--publish stage` target that is the parent's own table directory, or any
+/// directory already holding sstables (another live table, a previous split's children). Stage publishes no transaction that takes the parent
 /// out: children staged beside the parent are live beside it (every row twice) and take
 /// the generation numbers a running Cassandra hands out next
 /// (`SequenceBasedSSTableId.Builder` continues from the directory's highest); a second
