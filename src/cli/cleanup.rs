@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use cleave::split::cleanup::{self, CleanupOptions, CleanupReport, Verdict};
 use cleave::split::plan::LayoutRequest;
-use cleave::split::{ranges, Policy, SplitError};
+use cleave::split::{publish, ranges, Policy, SplitError};
 use cleave::sstable::{Partitioner, SSTable};
 
 use super::failure::Failed;
@@ -85,6 +85,18 @@ fn run_cleanup(a: &CleanupArgs) -> Result<CleanupReport, Failed> {
             "--owned-ranges: transientRanges have no meaning for cleanup (a transient replica's data is owned); list them in ranges",
         ));
     }
+    // Refused before anything is written (issue 31, items 4 and 5): a table or stage
+    // directory a transaction log cannot be read back from, and a stage directory that
+    // already holds sstables (a previous cleanup's children would be imported twice).
+    let log_dir = match (a.publish, &a.out) {
+        (PublishArg::Stage, Some(out)) => out,
+        _ => &a.table_dir,
+    };
+    let refused = publish::check_log_path(log_dir).and_then(|()| match (a.publish, &a.out) {
+        (PublishArg::Stage, Some(out)) => publish::check_stage_out(out, &a.table_dir),
+        _ => Ok(()),
+    });
+    refused.map_err(SplitError::from)?;
     let p = partitioner(a)?;
     let owned = ranges::to_token_ranges(p, &file.ranges)
         .map_err(|e| Failed::invalid(&a.owned_ranges, format!("--owned-ranges: {e}")))?;

@@ -260,7 +260,8 @@ pub struct RewriteArgs {
     /// for the original; `stage` writes it beside, for `nodetool import --keep-repaired`.
     #[arg(long, value_enum, default_value = "replace")]
     pub publish: PublishArg,
-    /// Where `stage` writes (default: the table directory).
+    /// Where `stage` writes: an empty directory on the table's filesystem (required with
+    /// `stage`; the table directory is refused, where both copies would be live).
     #[arg(long)]
     pub out: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "off")]
@@ -300,6 +301,15 @@ pub fn rewrite(a: RewriteArgs) -> Result<ExitCode> {
         .parent()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default();
+    if a.publish == PublishArg::Stage && a.out.is_none() {
+        // Staged beside the original, the rewritten copy would be live with it: every row
+        // twice (issue 31, item 5).
+        return Ok(Failed::invalid(
+            &a.sstable,
+            "rewrite --publish stage needs --out DIR, an empty directory on the table's filesystem: staged in the table directory the rewritten sstable would be live beside the original (every row twice)",
+        )
+        .print(a.json));
+    }
     let args = SplitArgs {
         parent: a.sstable.clone(),
         out: a.out.clone().unwrap_or(dir),
@@ -346,6 +356,7 @@ fn split_on_restart(a: &SplitArgs) -> Result<intent::PendReport, Failed> {
         .job_uid
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string());
+    refuse_before_writing(a)?;
     let target = Target {
         out_dir: a.out.clone(),
         publish: Publish::OnRestart,
@@ -377,7 +388,33 @@ fn split_on_restart(a: &SplitArgs) -> Result<intent::PendReport, Failed> {
     )?)
 }
 
+/// The parent's table directory as `engine::lock` takes it.
+fn parent_dir(a: &SplitArgs) -> &std::path::Path {
+    a.parent
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."))
+}
+
+/// What is refused before the parent is opened or anything written (a dry run too, so
+/// that it does not promise what the run refuses): a transaction log could not be read
+/// back under `--out` (Stage's log) or the table directory (Replace's, issue 31 item 4),
+/// and a Stage into the live table directory or beside a previous split's children
+/// (item 5).
+fn refuse_before_writing(a: &SplitArgs) -> Result<(), Failed> {
+    let table_dir = parent_dir(a);
+    let checked = match a.publish {
+        PublishArg::Stage => publish::check_log_path(&a.out)
+            .and_then(|()| publish::check_stage_out(&a.out, table_dir)),
+        PublishArg::Replace | PublishArg::OnRestart => {
+            publish::check_log_path(table_dir).and_then(|()| publish::check_log_path(&a.out))
+        }
+    };
+    checked.map_err(|e| SplitError::from(e).into())
+}
+
 fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
+    refuse_before_writing(a)?;
     let target = Target {
         out_dir: a.out.clone(),
         publish: a.publish.into(),

@@ -199,6 +199,40 @@ pub fn default_staging(data_dir: &Path) -> PathBuf {
     }
 }
 
+/// Refuses a `--stream-staging` root inside `--data-dir` (Cassandra takes every directory
+/// there for a keyspace or a table, and would read what is staged: the rows of a transfer
+/// live before its check, and twice once published), or one that is, or looks like, a
+/// table directory (`publish::table_dir_evidence`; issue 31, item 5). Before the listener
+/// binds, so nothing was received.
+fn check_staging(staging: &Path, data_dir: Option<&Path>) -> Result<()> {
+    let refuse = |what: String| -> Result<()> {
+        Err(cleave::split::PublishError::StageOut {
+            out: staging.to_path_buf(),
+            what,
+        }
+        .into())
+    };
+    if let Some(d) = data_dir {
+        let (s, d) = (
+            cleave::split::publish::canonical_lenient(staging),
+            cleave::split::publish::canonical_lenient(d),
+        );
+        if s.starts_with(&d) {
+            return refuse(format!(
+                "--stream-staging is inside --data-dir {}: Cassandra would take the staged sstables for its own; stage beside the data directory (the default, {})",
+                d.display(),
+                default_staging(&d).display()
+            ));
+        }
+    }
+    if let Some(why) = cleave::split::publish::table_dir_evidence(staging) {
+        return refuse(format!(
+            "{why}: the receiver's staging root must not be a table directory"
+        ));
+    }
+    Ok(())
+}
+
 /// Binds the receiver on `addr` and serves it on a task until `shutdown`, counting into
 /// `metrics` (`cleave run` shares them with its sender). The check that every listener
 /// authenticates is here.
@@ -231,6 +265,7 @@ pub async fn spawn_receiver(
             anyhow::bail!("the stream receiver needs --stream-staging (or --data-dir, whose sibling cleave-stream-staging/ is the default)")
         }
     };
+    check_staging(&staging, data_dir.as_deref())?;
     let token = f.token_file.as_deref().map(read_token).transpose()?;
     let tls = match (&f.tls_cert, &f.tls_key) {
         (Some(c), Some(k)) => Some(tls::server_config(c, k, f.tls_client_ca.as_deref())?),

@@ -203,6 +203,14 @@ pub enum PublishError {
     /// A transaction log cleave will not act on: nothing it names was deleted.
     #[error("{log}: refused, nothing deleted: {what}", log = .log.display())]
     Log { log: PathBuf, what: String },
+    /// A directory whose paths Cassandra's transaction log cannot carry
+    /// (`publish::check_log_path`): refused before anything is written.
+    #[error("{path}: contains {found:?}, which Cassandra's transaction log cannot carry in a record's path (LogRecord separates its fields with ',' and '[', ']'): a log written there could not be read back, by cleave or by Cassandra's startup; move the data to a path without ',', '[', ']' or line breaks", path = .path.display())]
+    LogUnsafePath { path: PathBuf, found: char },
+    /// A `--publish stage` target that is a live table directory or already holds sstables
+    /// (`publish::check_stage_out`): refused before anything is written.
+    #[error("--out {out} refused, nothing written: {what}", out = .out.display())]
+    StageOut { out: PathBuf, what: String },
     /// `recover` (or a roll-back) finished what it could; these files stop the rest.
     #[error("{}", blocked_message(.blocked))]
     Blocked {
@@ -232,6 +240,8 @@ impl PublishError {
             // A log whose records name files outside its table, or that does not parse.
             PublishError::Log { .. } => Reason::CorruptSSTable,
             PublishError::Pending { .. } => Reason::InvalidRequest,
+            PublishError::LogUnsafePath { .. } => Reason::InvalidRequest,
+            PublishError::StageOut { .. } => Reason::InvalidRequest,
             PublishError::Blocked { blocked, .. } => blocked
                 .first()
                 .map_or(Reason::IoError, |b| Reason::of_io(&b.error)),
@@ -246,6 +256,8 @@ impl PublishError {
             PublishError::Busy(LockError::Busy { dir, .. } | LockError::Io { dir, .. }) => dir,
             PublishError::Log { log, .. } => log,
             PublishError::Pending { path, .. } => path,
+            PublishError::LogUnsafePath { path, .. } => path,
+            PublishError::StageOut { out, .. } => out,
             PublishError::Blocked { blocked, .. } => {
                 blocked.first().map_or(Path::new(""), |b| b.path.as_path())
             }

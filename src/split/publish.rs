@@ -193,6 +193,7 @@ pub fn stage_all(
             ..c.clone()
         })
         .collect();
+    check_log_path(out)?;
     let version = children.first().map_or("nb", |(_, c)| c.version.as_str());
     let log = out.join(log_file_name(version, TxnOperation::Split));
     let moved = (|| -> Result<(), PublishError> {
@@ -252,6 +253,109 @@ fn remove_stagings(children: &[(PathBuf, Descriptor)], left_behind: &mut Vec<Str
             }
         }
     }
+}
+
+/// Characters a record's path cannot hold. Cassandra reads a record with
+/// `LogRecord.REGEX`, `^(add|remove|commit|abort):\[([^,]*),?([^,]*),?([^,]*)\]\[(\d*)\]$`
+/// (3.0 to 5.0): a `,` in the path splits it into the time and file-count fields, so the
+/// record does not parse (`Type.UNKNOWN`) and `LogFile.verify` fails the whole log, which
+/// stops startup's `removeUnfinishedLeftovers`; `[` and `]` delimit the fields in
+/// cleave's own reader (`parse_line`), and a line break ends the record (`LogFile` reads
+/// lines). A log that cannot be read back is a transaction that can be neither finished
+/// nor rolled back: children live beside their parents (issue 31, item 4).
+pub const LOG_UNSAFE: &[char] = &[',', '[', ']', '\n', '\r'];
+
+/// Refuses a directory whose sstables' paths a transaction log cannot carry
+/// (`LOG_UNSAFE`), as the log records them: absolute and with symbolic links resolved
+/// (`base_path`, Cassandra's `FileUtils.getCanonicalPath`). Called before anything is
+/// written: by the CLI before a split or a cleanup starts, and by `stage_all` and
+/// `replace_all` before their first record.
+pub fn check_log_path(dir: &Path) -> Result<(), PublishError> {
+    let canon = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    for p in [dir, canon.as_path()] {
+        let s = p.to_string_lossy();
+        if let Some(c) = s.chars().find(|c| LOG_UNSAFE.contains(c)) {
+            return Err(PublishError::LogUnsafePath {
+                path: p.to_path_buf(),
+                found: c,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `dir` with symbolic links resolved as far as it exists (a staging root may not exist yet).
+pub fn canonical_lenient(dir: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = dir;
+    loop {
+        if let Ok(c) = fs::canonicalize(at) {
+            return rest.iter().rev().fold(c, |p: PathBuf, n| p.join(n));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = if parent.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    parent
+                };
+            }
+            _ => return dir.to_path_buf(),
+        }
+    }
+}
+
+/// Why `dir` is a directory Cassandra would read sstables from or that already holds a
+/// split's children: it holds sstable files (named as `Descriptor` parses them; the first
+/// few are named). `None` for a directory without any, or that does not exist. (A name
+/// `<table>-<id>` alone is not refused: an empty directory is how tests and operators
+/// prepare an import.)
+pub fn table_dir_evidence(dir: &Path) -> Option<String> {
+    let rd = fs::read_dir(dir).ok()?;
+    let mut found: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| Descriptor::from_path(&e.path()).is_ok())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect();
+    if !found.is_empty() {
+        found.sort();
+        let n = found.len();
+        found.truncate(3);
+        return Some(format!(
+            "it holds {n} sstable file(s) ({}{})",
+            found.join(", "),
+            if n > 3 { ", ..." } else { "" }
+        ));
+    }
+    None
+}
+
+/// Refuses a `--publish stage` target that is the parent's own table directory, or any
+/// directory already holding sstables (another live table, a previous split's children). Stage publishes no transaction that takes the parent
+/// out: children staged beside the parent are live beside it (every row twice) and take
+/// the generation numbers a running Cassandra hands out next
+/// (`SequenceBasedSSTableId.Builder` continues from the directory's highest); a second
+/// set beside a previous split's children doubles the rows `nodetool import` brings in
+/// (issue 31, item 5).
+pub fn check_stage_out(out: &Path, table_dir: &Path) -> Result<(), PublishError> {
+    let refuse = |what: String| PublishError::StageOut {
+        out: out.to_path_buf(),
+        what,
+    };
+    if canonical_lenient(out) == canonical_lenient(table_dir) {
+        return Err(refuse(format!(
+            "it is the parent's table directory {}: staged children would be live beside their parent (every row twice) under the generation numbers a running Cassandra hands out next; stage into an empty directory on the same filesystem, or use --publish replace (Cassandra stopped) or on-restart",
+            table_dir.display()
+        )));
+    }
+    if let Some(why) = table_dir_evidence(out) {
+        return Err(refuse(format!(
+            "{why}: a stage directory must hold no sstable (a previous split's children would be imported twice beside the new ones, and a live table directory would take the children as its own rows); stage into an empty directory"
+        )));
+    }
+    Ok(())
 }
 
 /// One transaction-log record, `TYPE:[path,updateTime,numFiles][checksum]` where path is
@@ -492,6 +596,7 @@ pub fn replace_all(
     op: TxnOperation,
     _stopped: &CassandraStopped,
 ) -> Result<Published, PublishError> {
+    check_log_path(table_dir)?;
     let version = parents
         .first()
         .or(children.first().map(|(_, c)| c))

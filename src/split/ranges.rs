@@ -27,23 +27,100 @@ pub struct RangeSpec {
 
 /// A ranges file: either a list of ranges, or a mapping with `ranges` and optionally
 /// `transientRanges` (the AnticompactionJob spec's field names).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RangesFile {
-    #[serde(default)]
     pub ranges: Vec<RangeSpec>,
-    #[serde(default, rename = "transientRanges")]
     pub transient_ranges: Vec<RangeSpec>,
 }
 
+/// A ranges file's entry: `RangeSpec` refusing unknown keys. A key cleave does not know is
+/// a key it would ignore, and an ignored `transient: true` or a misspelt list name
+/// silently changes which rows a cleanup keeps (issue 31, item 3); `RangeSpec` itself stays
+/// open because it is also the CRD's schema, whose unknown fields the API server refuses.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRange {
+    start: String,
+    end: String,
+}
+
+/// The mapping form. `deny_unknown_fields`: `transient_ranges` (snake case) or `range`
+/// must not parse as an empty list while the ranges they meant are taken for unowned.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMapping {
+    #[serde(default)]
+    ranges: Vec<FileRange>,
+    #[serde(default, rename = "transientRanges")]
+    transient_ranges: Vec<FileRange>,
+}
+
+/// Parser limits for a ranges file: serde-saphyr's defaults (250,000 nodes) stop at about
+/// 50,000 ranges (five nodes each). A vnode ring hands a node a few thousand at most, but
+/// the ranges of several nodes, or a split into many, are legitimate; 2,000,000 nodes (about
+/// 400,000 ranges, some 20 MB of YAML) keeps a runaway file from taking the memory.
+const MAX_NODES: usize = 2_000_000;
+
+fn yaml_options(max_nodes: usize) -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_nodes = max_nodes;
+    budget.max_events = 4 * max_nodes;
+    let mut o = serde_saphyr::Options::default();
+    o.budget = Some(budget);
+    o
+}
+
+/// Whether the document's first token opens a sequence (`- ` or `[`): the file's shape is
+/// decided by what it starts with, so that the error reported is the one of the form the
+/// file is written in (two attempts reported the second's, "expected mapping start", for
+/// a list that broke a parser limit).
+fn starts_with_sequence(text: &str) -> bool {
+    for line in text.lines() {
+        let t = line.trim_start_matches('\u{feff}').trim();
+        if t.is_empty() || t.starts_with('#') || t.starts_with('%') {
+            continue;
+        }
+        let t = t.strip_prefix("---").map_or(t, str::trim_start);
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        return t.starts_with('[') || t == "-" || t.starts_with("- ");
+    }
+    false
+}
+
+fn specs(v: Vec<FileRange>) -> Vec<RangeSpec> {
+    v.into_iter()
+        .map(|r| RangeSpec {
+            start: r.start,
+            end: r.end,
+        })
+        .collect()
+}
+
 pub fn parse_ranges_yaml(text: &str) -> Result<RangesFile, String> {
-    if let Ok(list) = serde_saphyr::from_str::<Vec<RangeSpec>>(text) {
+    parse_limited(text, MAX_NODES)
+}
+
+fn parse_limited(text: &str, max_nodes: usize) -> Result<RangesFile, String> {
+    if starts_with_sequence(text) {
+        let list =
+            serde_saphyr::from_str_with_options::<Vec<FileRange>>(text, yaml_options(max_nodes))
+                .map_err(|e| format!("expected a list of {{start, end}}: {e}"))?;
         return Ok(RangesFile {
-            ranges: list,
+            ranges: specs(list),
             transient_ranges: Vec::new(),
         });
     }
-    serde_saphyr::from_str::<RangesFile>(text).map_err(|e| {
-        format!("expected a list of {{start, end}} or a mapping with ranges/transientRanges: {e}")
+    let m = serde_saphyr::from_str_with_options::<FileMapping>(text, yaml_options(max_nodes))
+        .map_err(|e| {
+            format!(
+                "expected a list of {{start, end}} or a mapping with ranges/transientRanges: {e}"
+            )
+        })?;
+    Ok(RangesFile {
+        ranges: specs(m.ranges),
+        transient_ranges: specs(m.transient_ranges),
     })
 }
 
@@ -61,4 +138,59 @@ pub fn to_token_ranges(p: Partitioner, specs: &[RangeSpec]) -> Result<Vec<TokenR
             Ok(TokenRange::new(left, right))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_forms_parse() {
+        let list = "# owned\n---\n- {start: \"1\", end: \"2\"}\n";
+        assert_eq!(parse_ranges_yaml(list).unwrap().ranges.len(), 1);
+        let flow = "[{start: \"1\", end: \"2\"}, {start: \"3\", end: \"4\"}]";
+        assert_eq!(parse_ranges_yaml(flow).unwrap().ranges.len(), 2);
+        let map = "ranges:\n  - {start: \"1\", end: \"2\"}\ntransientRanges:\n  - {start: \"2\", end: \"3\"}\n";
+        let f = parse_ranges_yaml(map).unwrap();
+        assert_eq!((f.ranges.len(), f.transient_ranges.len()), (1, 1));
+        assert_eq!(
+            parse_ranges_yaml("ranges: []\n").unwrap(),
+            RangesFile::default()
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        for (text, key) in [
+            (
+                "ranges: []\ntransient_ranges:\n  - {start: \"1\", end: \"2\"}\n",
+                "transient_ranges",
+            ),
+            ("range:\n  - {start: \"1\", end: \"2\"}\n", "range"),
+            (
+                "- {start: \"1\", end: \"2\", transient: true}\n",
+                "transient",
+            ),
+            (
+                "ranges:\n  - {start: \"1\", end: \"2\", strat: \"3\"}\n",
+                "strat",
+            ),
+        ] {
+            let e = parse_ranges_yaml(text).unwrap_err();
+            assert!(e.contains(&format!("`{key}`")), "{text}: {e}");
+        }
+    }
+
+    /// A list over the parser's node limit says so, not "expected mapping start" (what
+    /// the second, mapping, attempt said of 60,000 ranges).
+    #[test]
+    fn a_list_over_the_limit_names_the_limit() {
+        let text: String = (0..300)
+            .map(|i| format!("- {{start: \"{i}\", end: \"{}\"}}\n", i + 1))
+            .collect();
+        assert_eq!(parse_limited(&text, 2_000).unwrap().ranges.len(), 300);
+        let e = parse_limited(&text, 1_000).unwrap_err();
+        assert!(!e.contains("mapping"), "{e}");
+        assert!(e.to_lowercase().contains("node"), "{e}");
+    }
 }
