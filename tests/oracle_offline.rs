@@ -282,8 +282,10 @@ fn cut(
 
     // rewrite --force of each --parts child (the dead-prefixed ones of a 4.x/5.0.4 target
     // come back starting at position 0)
-    let out = mk("rewrite");
-    for c in &parts_children {
+    // (each into a stage of its own: a stage directory that already holds sstables is refused)
+    let mut rewritten = Vec::new();
+    for (i, c) in parts_children.iter().enumerate() {
+        let out = mk(&format!("rewrite{i}"));
         run(&[
             s("rewrite"),
             s(c),
@@ -294,11 +296,12 @@ fn cut(
             s("--force"),
             s("--json"),
         ])?;
+        rewritten.extend(data_files(&out));
     }
     cases.push(Case {
         name: format!("{tag} rewrite"),
         parent: parent.into(),
-        children: data_files(&out),
+        children: rewritten,
         ranges: vec![],
         repaired: None,
     });
