@@ -51,7 +51,7 @@ step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --all-targets -- -D warnings
 
 step "cargo test (release: the corpus and XFS tests move real bytes)"
-cargo test --release --all-targets 2>&1 | tee "${TMPDIR:-/tmp}/cleave-test.log"
+cargo test --release --all-targets --no-fail-fast 2>&1 | tee "${TMPDIR:-/tmp}/cleave-test.log"
 
 # The release binary, last: `cargo test` links its own variant of target/release/cleave (a
 # separate unit, with the dev-dependencies in the graph), so this leaves the `cargo build` one for
