@@ -41,7 +41,8 @@ fn run_script(args: &[&str]) -> Output {
         .expect("run scripts/cassandra-testenv.sh")
 }
 
-fn one_line(args: &[&str]) -> Result<String, String> {
+/// One line of `scripts/cassandra-testenv.sh ARGS` (its query verbs), or the reason it gave none.
+pub fn one_line(args: &[&str]) -> Result<String, String> {
     let out = run_script(args);
     if !out.status.success() {
         return Err(format!(

@@ -9,6 +9,7 @@
 //! Paths, JVM and flags come from `scripts/cassandra-testenv.sh`'s query verbs (`java`,
 //! `classpath`, `jvm-opts`, `versions`): one source of truth with the live-node helpers.
 
+use super::cassandra::one_line;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
@@ -30,25 +31,9 @@ pub fn cache_root() -> PathBuf {
         })
 }
 
-/// One line of `scripts/cassandra-testenv.sh ARGS`, or the reason it gave none.
-fn testenv(args: &[&str]) -> Result<String, String> {
-    let script = repo().join("scripts/cassandra-testenv.sh");
-    let out = Command::new(&script)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{}: {e}", script.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cassandra-testenv.sh {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 /// The pinned versions (`cassandra-testenv.sh versions`), newest first.
 pub fn versions() -> Vec<String> {
-    testenv(&["versions"])
+    one_line(&["versions"])
         .map(|s| s.split_whitespace().map(String::from).collect())
         .unwrap_or_default()
 }
@@ -110,9 +95,9 @@ pub fn oracle_or_skip(test: &str, version: &str) -> Option<Oracle> {
 }
 
 fn compile(version: &str) -> Result<Oracle, String> {
-    let java = testenv(&["java", version])?;
-    let cp = testenv(&["classpath", version])?;
-    let opts: Vec<String> = testenv(&["jvm-opts", version, "client"])?
+    let java = one_line(&["java", version])?;
+    let cp = one_line(&["classpath", version])?;
+    let opts: Vec<String> = one_line(&["jvm-opts", version, "client"])?
         .split_whitespace()
         .map(String::from)
         .collect();
