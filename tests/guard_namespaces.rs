@@ -389,16 +389,6 @@ fn apply_pending_as_the_init_containers_first_process_publishes() {
     );
 }
 
-/// SIGKILLs a process this test started, by pid, when dropped.
-struct KillPid(i32);
-
-impl Drop for KillPid {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of a pid this test started.
-        unsafe { libc::kill(self.0, libc::SIGKILL) };
-    }
-}
-
 #[test]
 fn apply_pending_exec_d_into_a_running_container_or_beside_a_holder_refuses() {
     let Some(m) = xfs_or_skip("init_container_refusals", 512 << 20) else {

@@ -385,16 +385,6 @@ impl Drop for KillTree {
     }
 }
 
-/// SIGKILLs a process this test started, by pid, when dropped.
-struct KillPid(i32);
-
-impl Drop for KillPid {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of a pid this test started.
-        unsafe { libc::kill(self.0, libc::SIGKILL) };
-    }
-}
-
 /// The sidecar shape: a PID namespace whose PID 1 is another UID's idle process (`pause`,
 /// UID 65535) that cannot reach the table (0750 directories of UID 999), cleave as UID 999
 /// without capabilities in a mount namespace of its own, and Cassandra stand-ins under UID

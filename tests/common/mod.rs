@@ -280,6 +280,17 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// SIGKILLs a process a test started, by pid (one it did not spawn as a `Child`, e.g. the
+/// PID 1 of a namespace it made), when dropped.
+pub struct KillPid(pub i32);
+
+impl Drop for KillPid {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of a pid this test started.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
 /// The file names in `dir`, sorted.
 pub fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
