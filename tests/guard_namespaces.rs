@@ -51,23 +51,6 @@ fn cleanup_replace(table: &Path) -> Command {
     c
 }
 
-/// Stages the split of generation 1 for the next restart (`--publish on-restart`).
-fn pend(table: &Path, uid: &str) {
-    cleave_json(&[
-        "split".as_ref(),
-        table.join("nb-1-big-Data.db").as_os_str(),
-        "--out".as_ref(),
-        table.as_os_str(),
-        "--parts".as_ref(),
-        "3".as_ref(),
-        "--publish".as_ref(),
-        "on-restart".as_ref(),
-        "--job-uid".as_ref(),
-        uid.as_ref(),
-        "--json".as_ref(),
-    ]);
-}
-
 /// The `{"error": …}` of a refused `--json` run (exit 1).
 fn refusal(what: &str, out: &Output) -> serde_json::Value {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -144,7 +127,7 @@ fn a_holder_in_another_mount_namespace_at_another_path_is_cassandra_running() {
         assert!(holds(&e), "{what}: names the holder: {e}");
     }
     // Staging for the next restart needs no guard; publishing it does.
-    pend(&table, "job-1");
+    pend_split(&table, "job-1");
     {
         let what = "apply-pending";
         let e = refused_unchanged(what, apply_pending(&data), &data, "CassandraRunning");
@@ -325,7 +308,7 @@ fn another_cleave_holding_the_lock_and_its_files_is_busy() {
 fn pending_volume(m: &cleave::io::loopfs::LoopMount) -> (PathBuf, PathBuf) {
     let data = m.mount_point.join("data");
     let table = table_in(&data);
-    pend(&table, "job-1");
+    pend_split(&table, "job-1");
     let st = Command::new("chown")
         .args(["-R", "999:999"])
         .arg(&data)

@@ -37,22 +37,6 @@ fn table_in(root: &Path) -> PathBuf {
     t
 }
 
-fn pend(table: &Path, uid: &str) -> serde_json::Value {
-    cleave_json(&[
-        "split".as_ref(),
-        table.join("nb-1-big-Data.db").as_os_str(),
-        "--out".as_ref(),
-        table.as_os_str(),
-        "--parts".as_ref(),
-        "3".as_ref(),
-        "--publish".as_ref(),
-        "on-restart".as_ref(),
-        "--job-uid".as_ref(),
-        uid.as_ref(),
-        "--json".as_ref(),
-    ])
-}
-
 /// A UID-999 process holding `file` open on its stdin: a Cassandra stand-in.
 fn holder(file: &Path) -> KillOnDrop {
     let f = std::fs::File::open(file).unwrap();
@@ -107,7 +91,7 @@ fn on_restart_stages_apply_pending_waits_for_cassandra_then_publishes() {
     assert_eq!(r["jobs"].as_array().unwrap().len(), 0, "{r}");
 
     let before = names(&table);
-    let p = pend(&table, "job-1");
+    let p = pend_split(&table, "job-1");
     assert_eq!(p["job_uid"], "job-1");
     assert_eq!(p["split"]["check"]["ok"], true, "{p}");
     // The parent is live and untouched; the children wait in the hidden pending directory.
@@ -181,7 +165,7 @@ fn a_parent_compacted_away_drops_the_intent_with_parent_changed() {
     }
     let data = m.mount_point.join("data");
     let table = table_in(&data);
-    pend(&table, "job-2");
+    pend_split(&table, "job-2");
     // "Compaction": the parent goes, another sstable takes its keys' place.
     for f in names(&table).iter().filter(|n| n.starts_with("nb-1-")) {
         std::fs::remove_file(table.join(f)).unwrap();
@@ -214,7 +198,7 @@ fn a_parent_compacted_away_drops_the_intent_with_parent_changed() {
     // A parent rewritten in place under its name (another inode, size): also ParentChanged.
     let t2 = data.join("ks/u-0123456789abcdef0123456789abcdef");
     gen_table(&t2, &[(1, "512KiB")]);
-    pend(&t2, "job-3");
+    pend_split(&t2, "job-3");
     let d = t2.join("nb-1-big-Data.db");
     let bytes = std::fs::read(&d).unwrap();
     std::fs::remove_file(&d).unwrap();

@@ -280,6 +280,24 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// `split --parts 3 --publish on-restart --job-uid UID` of generation 1 of `table`: its
+/// children pended for the next restart; the JSON report.
+pub fn pend_split(table: &Path, uid: &str) -> serde_json::Value {
+    cleave_json(&[
+        "split".as_ref(),
+        table.join("nb-1-big-Data.db").as_os_str(),
+        "--out".as_ref(),
+        table.as_os_str(),
+        "--parts".as_ref(),
+        "3".as_ref(),
+        "--publish".as_ref(),
+        "on-restart".as_ref(),
+        "--job-uid".as_ref(),
+        uid.as_ref(),
+        "--json".as_ref(),
+    ])
+}
+
 /// SIGKILLs a process a test started, by pid (one it did not spawn as a `Child`, e.g. the
 /// PID 1 of a namespace it made), when dropped.
 pub struct KillPid(pub i32);
