@@ -53,6 +53,15 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A report piped into `head` ends quietly when the pipe closes; the servers (`run`,
+    // `stream`, and `demo`, which runs the reconciler) keep SIGPIPE ignored for their
+    // sockets.
+    if !matches!(
+        cli.command,
+        Command::Run(_) | Command::Stream(_) | Command::Demo(_)
+    ) {
+        cleave::io::proc::restore_sigpipe();
+    }
     match &cli.command {
         Command::Run(a) => cli::run::init_tracing(a.log_format, a.log_filter.as_deref(), "info"),
         _ => cli::run::init_tracing(cli::run::LogFormat::Text, None, "warn"),

@@ -59,6 +59,8 @@ pub struct CleanupArgs {
     pub dry_run: bool,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub space: super::split::SpaceArg,
 }
 
 /// The table's partitioner, from its first sstable (Murmur3 for a table without any).
@@ -68,6 +70,45 @@ fn partitioner(a: &CleanupArgs) -> Result<Partitioner, Failed> {
         Some(p) => Ok(SSTable::open(p)?.partitioner),
         None => Ok(Partitioner::Murmur3),
     }
+}
+
+/// A directory without any sstable is not what `cleanup` takes: a keyspace directory (its
+/// table directories `<table>-<id>` inside), or an empty or mistyped one. Refused, saying
+/// what was expected, instead of a run that finds nothing and reports success. A path that
+/// is not a directory is left to the library's own refusal.
+fn check_table_dir(a: &CleanupArgs) -> Result<(), Failed> {
+    let dir = &a.table_dir;
+    if !dir.is_dir() || !cleanup::list_sstables(dir).map_err(SplitError::from)?.is_empty() {
+        return Ok(());
+    }
+    let mut tables: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| Failed::io(dir, e))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| {
+            n.rsplit_once('-').is_some_and(|(t, id)| {
+                !t.is_empty() && id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+            })
+        })
+        .collect();
+    tables.sort();
+    let expected = "expected a table directory, <data dir>/<keyspace>/<table>-<id>, holding the table's sstables";
+    Err(Failed::invalid(
+        dir,
+        if tables.is_empty() {
+            format!(
+                "{}: holds no sstable (no *-Data.db): {expected}; nothing was changed",
+                dir.display()
+            )
+        } else {
+            format!(
+                "{}: a keyspace directory (it holds the table directories {}): {expected}; clean up each table directory in turn; nothing was changed",
+                dir.display(),
+                tables.join(", ")
+            )
+        },
+    ))
 }
 
 fn run_cleanup(a: &CleanupArgs) -> Result<CleanupReport, Failed> {
@@ -97,6 +138,7 @@ fn run_cleanup(a: &CleanupArgs) -> Result<CleanupReport, Failed> {
         _ => Ok(()),
     });
     refused.map_err(SplitError::from)?;
+    check_table_dir(a)?;
     let p = partitioner(a)?;
     let owned = ranges::to_token_ranges(p, &file.ranges)
         .map_err(|e| Failed::invalid(&a.owned_ranges, format!("--owned-ranges: {e}")))?;
@@ -119,6 +161,7 @@ fn run_cleanup(a: &CleanupArgs) -> Result<CleanupReport, Failed> {
                 .unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string())
         }),
         parallelism: a.parallelism,
+        min_free_percent: Some(a.space.min_free_percent),
     };
     Ok(cleanup::cleanup(&a.table_dir, &owned, &opts)?)
 }

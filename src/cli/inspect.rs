@@ -20,8 +20,9 @@ pub struct InspectArgs {
     /// Check metadata and Index.db only; skip reading Data.db (chunk CRCs, keys, digest).
     #[arg(long)]
     pub quick: bool,
-    /// Also list every partition key with its token and Data.db position (JSON only).
-    #[arg(long, requires = "json")]
+    /// Also list every partition key with its token and Data.db position (in the text
+    /// report one line each: token, key in hex, position).
+    #[arg(long)]
     pub keys: bool,
 }
 
@@ -107,7 +108,7 @@ pub fn run(a: InspectArgs) -> Result<ExitCode> {
 }
 
 fn inspect(a: &InspectArgs) -> std::result::Result<Inspection, Failed> {
-    let t = SSTable::open(&a.path)?;
+    let t = SSTable::open(&super::split::sstable_arg(&a.path)?)?;
     let level = if a.quick {
         CheckLevel::Index
     } else {
@@ -275,5 +276,11 @@ fn print_human(i: &Inspection) {
     );
     for w in &i.warnings {
         println!("  warning[{}]: {}", w.reason, w.message);
+    }
+    if let Some(keys) = &i.keys {
+        println!("  keys             token key position");
+        for k in keys {
+            println!("    {} {} {}", k.token, k.key, k.position);
+        }
     }
 }

@@ -199,6 +199,25 @@ async fn termination() {
 }
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
+    // A `--local` directory that is not there is a typo, not a directory that will appear:
+    // refused before anything starts (the local reconciler would poll it forever).
+    if let Some(dir) = &a.local {
+        let why = match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => None,
+            Ok(_) => Some("not a directory".to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = why {
+            return Ok(super::failure::Failed::invalid(
+                dir,
+                format!(
+                    "--local {}: {why}: expected the directory of AnticompactionJob, RangeStream and CleanupJob manifests",
+                    dir.display()
+                ),
+            )
+            .print(false));
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -11,7 +11,7 @@ use cleave::split::spec::{Cut, RepairSession, RepairedRanges};
 use cleave::split::{
     self as engine, DigestPolicy, Parent, Policy, RunProgress, SplitError, SplitReport, Target,
 };
-use cleave::split::{intent, ranges};
+use cleave::split::{intent, ranges, space};
 use cleave::sstable::table::{CheckLevel, CheckProgress};
 use cleave::sstable::{Component, SSTable};
 
@@ -91,6 +91,17 @@ pub enum DataAccess {
     Standard,
 }
 
+/// `--min-free-percent`: the operator's space pre-flight (`split::space`), for the commands
+/// that write (`split`, `rewrite`, `cleanup`, `apply-pending`).
+#[derive(clap::Args, Clone, Copy)]
+pub struct SpaceArg {
+    /// Refused with InsufficientSpace before the first byte is written when what the run
+    /// writes would leave less than this share of the filesystem free (`cleave run`'s
+    /// default; 0 keeps no reserve).
+    #[arg(long, env = "CLEAVE_MIN_FREE_PERCENT", default_value_t = space::DEFAULT_MIN_FREE_PERCENT, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub min_free_percent: u8,
+}
+
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("cut").required(true).args(["tokens", "parts", "ranges"])))]
 pub struct SplitArgs {
@@ -154,6 +165,8 @@ pub struct SplitArgs {
     pub dry_run: bool,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub space: SpaceArg,
     /// Set by `rewrite` only: one child is what it asks for.
     #[arg(skip)]
     pub single: bool,
@@ -167,6 +180,19 @@ fn parse_uuid(s: &str) -> Result<[u8; 16]> {
 
 fn cut_from_args(a: &SplitArgs, t: &SSTable) -> Result<Cut> {
     let p = t.partitioner;
+    // The repair markers label the repaired children of --ranges; a cut by tokens or parts
+    // has none, and the children keep the parent's repair state. Refused rather than
+    // ignored (clap's `requires = "ranges"` let them through with --tokens: issue 37).
+    if a.ranges.is_none() {
+        for (flag, given) in [
+            ("--repaired-at", a.repaired_at.is_some()),
+            ("--pending-repair", a.pending_repair.is_some()),
+        ] {
+            if given {
+                bail!("{flag} marks the repaired children of --ranges; with --tokens or --parts every child keeps the parent's repair state: give --ranges, or leave {flag} out");
+            }
+        }
+    }
     if let Some(tokens) = &a.tokens {
         let b = tokens
             .iter()
@@ -212,7 +238,33 @@ fn cut_from_args(a: &SplitArgs, t: &SSTable) -> Result<Cut> {
 
 pub use super::failure::Failed;
 
-pub fn run(a: SplitArgs) -> Result<ExitCode> {
+/// An sstable path as given on the command line, ready for the library: a bare file name
+/// (`nb-1-big-Data.db`, run from the table directory) becomes `./nb-1-big-Data.db`, so that
+/// its directory is `.` rather than the empty path every later step would fail on; a name
+/// that is not an sstable component's is the request's fault (`InvalidRequest`), not the
+/// file's (`CorruptSSTable`: nothing of it was read).
+pub fn sstable_arg(p: &std::path::Path) -> Result<PathBuf, Failed> {
+    let p = match p.parent() {
+        Some(d) if d.as_os_str().is_empty() => std::path::Path::new(".").join(p),
+        _ => p.to_path_buf(),
+    };
+    match cleave::sstable::Descriptor::from_path(&p) {
+        Err(e @ cleave::sstable::FormatError::Corrupt { .. }) => Err(Failed::invalid(
+            &p,
+            format!(
+                "{}: not an sstable component name (expected <version>-<generation>-<format>-<Component>, e.g. nb-1-big-Data.db): {e}",
+                p.display()
+            ),
+        )),
+        _ => Ok(p),
+    }
+}
+
+pub fn run(mut a: SplitArgs) -> Result<ExitCode> {
+    a.parent = match sstable_arg(&a.parent) {
+        Ok(p) => p,
+        Err(f) => return Ok(f.print(a.json)),
+    };
     if a.publish == PublishArg::OnRestart {
         return match split_on_restart(&a) {
             Ok(r) => {
@@ -271,9 +323,15 @@ pub struct RewriteArgs {
     pub force: bool,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub space: SpaceArg,
 }
 
-pub fn rewrite(a: RewriteArgs) -> Result<ExitCode> {
+pub fn rewrite(mut a: RewriteArgs) -> Result<ExitCode> {
+    a.sstable = match sstable_arg(&a.sstable) {
+        Ok(p) => p,
+        Err(f) => return Ok(f.print(a.json)),
+    };
     let first = SSTable::open(&a.sstable).and_then(|t| {
         let mut r = t.index_reader()?;
         Ok(r.next_entry()?.map(|e| e.position))
@@ -328,6 +386,7 @@ pub fn rewrite(a: RewriteArgs) -> Result<ExitCode> {
         job_uid: None,
         dry_run: false,
         json: a.json,
+        space: a.space,
         single: true,
     };
     run(args)
@@ -373,12 +432,19 @@ fn split_on_restart(a: &SplitArgs) -> Result<intent::PendReport, Failed> {
     let table = std::fs::canonicalize(parent.dir()).map_err(|e| Failed::io(parent.dir(), e))?;
     let out = std::fs::canonicalize(&a.out).map_err(|e| Failed::io(&a.out, e))?;
     if out != table {
-        return Err(SplitError::from(engine::PublishError::NotTableDir {
-            table_dir: table,
-            out,
-        })
-        .into());
+        // Not `NotTableDir`, whose message is Replace's.
+        return Err(Failed::invalid(
+            &a.out,
+            format!(
+                "--publish on-restart stages the children in the table directory's {}/<job-uid>/ and needs --out to be the parent's table directory {} (got {})",
+                intent::PENDING_DIR,
+                table.display(),
+                out.display()
+            ),
+        ));
     }
+    check_parts(a, &parent, &cut)?;
+    check_space(a)?;
     Ok(intent::split_pending(
         &parent,
         &cut,
@@ -413,6 +479,48 @@ fn refuse_before_writing(a: &SplitArgs) -> Result<(), Failed> {
     checked.map_err(|e| SplitError::from(e).into())
 }
 
+/// `--parts N` beyond the parent's partitions: the engine makes `min(N, partitions)`
+/// children (a child holds at least one partition), which asked for N on the command line
+/// is a silent surprise. Refused with the count before anything is written. Counting takes
+/// a plan (from Summary.db's samples, or one pass over Index.db where they cannot serve);
+/// the run plans again.
+fn check_parts(a: &SplitArgs, parent: &Parent, cut: &Cut) -> Result<(), Failed> {
+    let Cut::Parts(n) = cut else {
+        return Ok(());
+    };
+    if a.single {
+        return Ok(());
+    }
+    let plan = parent
+        .plan(cut, &policy_of(a))
+        .map_err(|e| Failed::from(SplitError::from(e)))?;
+    if *n as u64 > plan.partitions {
+        return Err(Failed::invalid(
+            &a.parent,
+            format!(
+                "--parts {n}: {} has {} partitions, and each child holds at least one: ask for at most {}",
+                a.parent.display(),
+                plan.partitions,
+                plan.partitions
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The space pre-flight (`split::space`) on `--out`, before the first byte is written —
+/// in a dry run too, which must not promise what the run refuses. An `--out` that is not a
+/// directory is left to the engine's own refusal.
+fn check_space(a: &SplitArgs) -> Result<(), Failed> {
+    if !a.out.is_dir() {
+        return Ok(());
+    }
+    let layout = LayoutRequest::from(a.layout).layout();
+    let predicted = space::predicted_bytes(&a.parent, space::shares_data(&a.out, layout));
+    space::preflight(&a.out, predicted, a.space.min_free_percent)
+        .map_err(|e| SplitError::from(e).into())
+}
+
 fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
     refuse_before_writing(a)?;
     let target = Target {
@@ -427,6 +535,8 @@ fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
         message: format!("{e:#}"),
         path: a.ranges.clone().unwrap_or_else(|| a.parent.clone()),
     })?;
+    check_parts(a, &parent, &cut)?;
+    check_space(a)?;
     let policy = policy_of(a);
     let index_len = parent.table().size_of(&Component::Index).unwrap_or(0);
     let bar = super::progress::bytes_bar(2 * index_len, "splitting");
@@ -538,14 +648,19 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
     let mut total = cleave::sstable::fingerprint::Fingerprint::default();
     let mut out = Vec::new();
     for p in &a.sstables {
-        let res = SSTable::open(p).and_then(|t| {
-            let total_bytes = t.size_of(&Component::Index).unwrap_or(0) + 2 * t.data_file_size;
-            let bar = super::progress::bytes_bar(total_bytes, "verifying");
-            let r = t.check(CheckLevel::Full, &mut |pr| match pr {
-                CheckProgress::IndexBytes(n) | CheckProgress::DataBytes(n) => bar.inc(n),
-            });
-            bar.finish_and_clear();
-            r
+        let res = sstable_arg(p).and_then(|p| {
+            SSTable::open(&p)
+                .and_then(|t| {
+                    let total_bytes =
+                        t.size_of(&Component::Index).unwrap_or(0) + 2 * t.data_file_size;
+                    let bar = super::progress::bytes_bar(total_bytes, "verifying");
+                    let r = t.check(CheckLevel::Full, &mut |pr| match pr {
+                        CheckProgress::IndexBytes(n) | CheckProgress::DataBytes(n) => bar.inc(n),
+                    });
+                    bar.finish_and_clear();
+                    r
+                })
+                .map_err(Failed::from)
         });
         match res {
             Ok(r) => {
@@ -565,9 +680,8 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
                     failed: None,
                 });
             }
-            Err(e) => {
+            Err(f) => {
                 all_ok = false;
-                let f = Failed::from(e);
                 out.push(Verified {
                     path: p.clone(),
                     ok: false,
@@ -683,6 +797,24 @@ pub struct ApplyPendingArgs {
     /// children), and the intents wait for the next restart (the job stays AwaitingRestart).
     #[arg(long)]
     pub never_block_start: bool,
+    #[command(flatten)]
+    pub space: SpaceArg,
+}
+
+/// The space pre-flight (`split::space`) of `apply-pending`, on the filesystem of every table
+/// with pending intents: publishing writes no data (the children were staged, and checked
+/// against the reserve, by the run that pended them; they are hard-linked into place), only
+/// transaction logs, so it is refused only where the filesystem is already below the
+/// reserve. Nothing pending, nothing checked: an empty volume's first boot is not refused.
+/// A scan that fails is left to `run_on_restart`, which reports it.
+fn pending_space(a: &ApplyPendingArgs) -> Result<(), SplitError> {
+    let Ok(tables) = intent::pending_tables(&a.data_dir) else {
+        return Ok(());
+    };
+    for t in &tables {
+        space::preflight(t, 0, a.space.min_free_percent)?;
+    }
+    Ok(())
 }
 
 /// `cleave apply-pending`: publishes the `--publish on-restart` intents under `--data-dir`
@@ -692,10 +824,10 @@ pub struct ApplyPendingArgs {
 /// or failed, with nothing changed before the failing step.
 pub fn apply_pending(a: ApplyPendingArgs) -> Result<ExitCode> {
     let opts = intent::ApplyOptions { dry_run: a.dry_run };
-    let r = match intent::run_on_restart(&a.data_dir, &opts) {
+    let r = match pending_space(&a).and_then(|()| intent::run_on_restart(&a.data_dir, &opts).map_err(SplitError::from)) {
         Ok(r) => r,
         Err(e) => {
-            let code = Failed::from(SplitError::from(e)).print(a.json);
+            let code = Failed::from(e).print(a.json);
             if a.never_block_start {
                 eprintln!("cleave: --never-block-start: Cassandra may start; nothing was published and the intents wait for the next restart (docs/runbook.md \"apply-pending\")");
                 return Ok(ExitCode::SUCCESS);

@@ -443,6 +443,20 @@ pub fn volume_access(dir: &Path) -> Result<VolumeAccess> {
     })
 }
 
+/// The mount point of the filesystem holding `dir` (the deepest mount of its device that
+/// is a prefix of it), to name the filesystem in a message; `None` when it cannot be told.
+pub fn mount_point(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = std::fs::canonicalize(dir).ok()?;
+    let dev = std::fs::metadata(&dir).ok()?.dev();
+    let dev = (libc::major(dev), libc::minor(dev));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo_entries(&mounts)
+        .filter(|m| m.dev == dev && dir.starts_with(&m.mount_point))
+        .map(|m| m.mount_point)
+        .max_by_key(|p| p.components().count())
+}
+
 struct MountEntry {
     dev: (u32, u32),
     mount_point: PathBuf,
@@ -1198,5 +1212,18 @@ mod holder_tests {
         );
         drop(f);
         assert!(!open_elsewhere(&p).unwrap());
+    }
+}
+
+/// Gives `SIGPIPE` back its default action (terminate, silently), which the Rust runtime
+/// sets to ignored before `main`. For a command whose output is a report: `cleave verify …
+/// | head -1` then ends the way `cat` does when `head` closes the pipe, instead of
+/// `println!` panicking on EPIPE (exit 101). Not for the servers (`run`, `stream`), whose
+/// sockets must see EPIPE as an error of one connection rather than kill the process.
+pub fn restore_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL has no preconditions; it is done
+    // before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -338,6 +338,9 @@ impl CleanupJob {
                     gate: gate.clone(),
                     job_uid: Some(uid.clone()),
                     parallelism: spec.parallelism.unwrap_or(1) as usize,
+                    // The CleanupJob has had no space pre-flight; giving it one is a
+                    // behaviour change of the operator, left for its own issue.
+                    min_free_percent: None,
                 };
                 if spec.publish == Publish::Replace && !spec.dry_run {
                     job::check_replace(std::slice::from_ref(t))?;

@@ -39,7 +39,7 @@ impl Default for NodeLimits {
     fn default() -> NodeLimits {
         NodeLimits {
             max_concurrent_jobs: 1,
-            min_free_percent: 10,
+            min_free_percent: crate::split::space::DEFAULT_MIN_FREE_PERCENT,
             cassandra: TargetCassandra::Unknown,
         }
     }
@@ -292,59 +292,9 @@ pub enum Outcome {
     Cancelled,
 }
 
-/// Bytes the children of `parent` need that are not shared with it: every rebuilt
-/// component (Index, Summary, Filter, Statistics, … add up to about the parent's), plus its
-/// Data.db unless the output filesystem shares extents, in which case only the re-encoded
-/// edge chunks are written (bounded by 1 MiB per parent here). Conservative on purpose:
-/// the pre-flight refuses a job rather than let it hit ENOSPC halfway.
-pub fn predicted_bytes(parent: &Path, reflink: bool) -> u64 {
-    let Ok((desc, _)) = Descriptor::from_path(parent) else {
-        return 0;
-    };
-    let dir = parent.parent().unwrap_or(Path::new("."));
-    let mut total = 0u64;
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    for e in rd.filter_map(|e| e.ok()) {
-        let Ok((d, c)) = Descriptor::from_path(&e.path()) else {
-            continue;
-        };
-        if d != desc {
-            continue;
-        }
-        let len = e.metadata().map(|m| m.len()).unwrap_or(0);
-        total += match c {
-            Component::Data if reflink => len.min(1 << 20),
-            _ => len,
-        };
-    }
-    total
-}
-
-/// The space pre-flight: `predicted` must fit in the available space minus
-/// `min_free_percent` of the filesystem. Pure.
-pub fn check_space(
-    dir: &Path,
-    predicted: u64,
-    space: crate::io::fs::Space,
-    min_free_percent: u8,
-) -> Result<(), Failure> {
-    let reserve = space.total / 100 * u64::from(min_free_percent.min(100));
-    let usable = space.available.saturating_sub(reserve);
-    if predicted > usable {
-        return Err(Failure::new(
-            Reason::InsufficientSpace,
-            format!(
-                "{}: the children need about {predicted} bytes; {} bytes are available and {reserve} ({min_free_percent}% of {}) must stay free (--min-free-percent): nothing was written",
-                dir.display(),
-                space.available,
-                space.total
-            ),
-        ));
-    }
-    Ok(())
-}
+// The space pre-flight lives in `split::space`, shared with the CLI; `window` predicts a
+// Replace's duration from the same bytes.
+pub use crate::split::space::predicted_bytes;
 
 /// `publish: Replace` needs Cassandra stopped: refused unless this sidecar can see every
 /// process of the node (or the pod) and none holds the table's files.
@@ -524,15 +474,10 @@ pub fn run(
             if mine.is_empty() {
                 continue;
             }
-            let reflink = matches!(
-                crate::io::fs::guess_reflink(d),
-                crate::io::reflink::ReflinkSupport::Supported { .. }
-            );
+            let reflink = crate::split::space::shares_extents(d);
             let predicted: u64 = mine.iter().map(|p| predicted_bytes(p, reflink)).sum();
-            let space = crate::io::fs::space(d).map_err(|e| {
-                Failure::new(Reason::of_io(&e), format!("statvfs {}: {e}", d.display()))
-            })?;
-            check_space(d, predicted, space, limits.min_free_percent)?;
+            crate::split::space::preflight(d, predicted, limits.min_free_percent)
+                .map_err(|e| Failure::new(e.reason(), e.to_string()))?;
         }
     }
     status.progress.sstables_total = (done.len() + todo.len()) as u64;
@@ -632,9 +577,6 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::io::fs::Space;
-
-    const GIB: u64 = 1 << 30;
 
     #[test]
     fn unrecorded_staged_children_are_removed_recorded_ones_kept() {
@@ -700,22 +642,5 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
-    }
-
-    #[test]
-    fn the_space_preflight_keeps_the_reserve_free() {
-        let space = Space {
-            available: 30 * GIB,
-            total: 100 * GIB,
-        };
-        let d = Path::new("/data/ks/t");
-        assert!(check_space(d, 19 * GIB, space, 10).is_ok());
-        let e = check_space(d, 21 * GIB, space, 10).unwrap_err();
-        assert_eq!(e.reason, Reason::InsufficientSpace);
-        assert!(e.message.contains("--min-free-percent") && e.message.contains("/data/ks/t"));
-        assert!(check_space(d, 29 * GIB, space, 0).is_ok());
-        assert!(check_space(d, 1, space, 100).is_err());
-        // A reserve larger than what is free: nothing fits.
-        assert!(check_space(d, 1, space, 80).is_err());
     }
 }

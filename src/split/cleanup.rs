@@ -96,6 +96,11 @@ pub struct CleanupOptions {
     /// Split sstables written and checked at the same moment (0 and 1: one at a time). They
     /// share the policy's throttle; publication stays one transaction for the table.
     pub parallelism: usize,
+    /// `Some(p)`: the free-space pre-flight (`split::space`) once the sstables are
+    /// classified, before anything is written (a dry run too): the children of the split
+    /// sstables must fit in the filesystem's available space minus `p`% of its size.
+    /// `None`: no pre-flight.
+    pub min_free_percent: Option<u8>,
 }
 
 /// The last word before publication (see [`CleanupOptions::gate`]).
@@ -548,6 +553,15 @@ pub fn cleanup(
         seconds: 0.0,
         left_behind: Vec::new(),
     };
+    if let Some(pct) = opts.min_free_percent {
+        let shares = super::space::shares_data(&out_dir, opts.policy.layout);
+        let predicted: u64 = planned
+            .iter()
+            .filter(|p| p.verdict == Verdict::Split)
+            .map(|p| super::space::predicted_bytes(p.parent.data_path(), shares))
+            .sum();
+        super::space::preflight(&out_dir, predicted, pct)?;
+    }
     if opts.dry_run {
         report.sstables = planned.into_iter().map(|p| p.result).collect();
         return Ok(finish(report, started, io_before));

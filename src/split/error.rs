@@ -281,6 +281,9 @@ pub enum SplitError {
     /// A cleanup's own refusals (`split::cleanup`), before anything is written.
     #[error(transparent)]
     Cleanup(#[from] super::cleanup::CleanupError),
+    /// The free-space pre-flight (`split::space`), before anything is written.
+    #[error(transparent)]
+    Space(#[from] super::space::SpaceError),
 }
 
 impl SplitError {
@@ -293,6 +296,7 @@ impl SplitError {
             SplitError::Check(e) => e.reason(),
             SplitError::Publish(e) => e.reason(),
             SplitError::Cleanup(e) => e.reason(),
+            SplitError::Space(e) => e.reason(),
         }
     }
     /// The file or directory the error is about.
@@ -304,6 +308,7 @@ impl SplitError {
             SplitError::Check(e) => e.path(),
             SplitError::Publish(e) => e.path(),
             SplitError::Cleanup(e) => e.path(),
+            SplitError::Space(e) => e.path(),
         }
     }
 }

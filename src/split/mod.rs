@@ -25,6 +25,7 @@ pub mod ranges;
 pub mod regrid;
 pub mod report;
 pub mod sampled;
+pub mod space;
 pub mod spec;
 pub mod staged;
 pub mod write;

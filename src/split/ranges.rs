@@ -46,10 +46,11 @@ struct FileRange {
 
 /// The mapping form. `deny_unknown_fields`: `transient_ranges` (snake case) or `range`
 /// must not parse as an empty list while the ranges they meant are taken for unowned.
+/// `ranges` is required (`ranges: []` says "none" on purpose): a mapping with only
+/// `transientRanges`, or an empty file, was read as no full range at all (issue 37).
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileMapping {
-    #[serde(default)]
     ranges: Vec<FileRange>,
     #[serde(default, rename = "transientRanges")]
     transient_ranges: Vec<FileRange>,
@@ -75,7 +76,13 @@ fn yaml_options(max_nodes: usize) -> serde_saphyr::Options {
 /// file is written in (two attempts reported the second's, "expected mapping start", for
 /// a list that broke a parser limit).
 fn starts_with_sequence(text: &str) -> bool {
-    for line in text.lines() {
+    first_content(text).is_some_and(|(_, t)| t.starts_with('[') || t == "-" || t.starts_with("- "))
+}
+
+/// The document's first token's line (1-based) and its text, past comments, directives
+/// and `---`.
+fn first_content(text: &str) -> Option<(usize, &str)> {
+    for (n, line) in text.lines().enumerate() {
         let t = line.trim_start_matches('\u{feff}').trim();
         if t.is_empty() || t.starts_with('#') || t.starts_with('%') {
             continue;
@@ -84,9 +91,9 @@ fn starts_with_sequence(text: &str) -> bool {
         if t.is_empty() || t.starts_with('#') {
             continue;
         }
-        return t.starts_with('[') || t == "-" || t.starts_with("- ");
+        return Some((n + 1, t));
     }
-    false
+    None
 }
 
 fn specs(v: Vec<FileRange>) -> Vec<RangeSpec> {
@@ -112,10 +119,24 @@ fn parse_limited(text: &str, max_nodes: usize) -> Result<RangesFile, String> {
             transient_ranges: Vec::new(),
         });
     }
+    let Some((n, first)) = first_content(text) else {
+        return Err(
+            "the file holds no document: expected a list of {start, end} or a mapping with ranges (and transientRanges); write `ranges: []` for none"
+                .into(),
+        );
+    };
+    // Neither a list entry nor `key:` (nor a flow mapping): a key without its ':' or
+    // misspelt beyond recognition. Said with the line, rather than the parser's "expected
+    // mapping start" at 1:1.
+    if !first.starts_with('{') && !first.contains(':') {
+        return Err(format!(
+            "line {n}: {first:?} is neither a list entry (`- {{start: …, end: …}}`) nor a key of a mapping (`ranges:`, `transientRanges:`): a key is followed by ':'"
+        ));
+    }
     let m = serde_saphyr::from_str_with_options::<FileMapping>(text, yaml_options(max_nodes))
         .map_err(|e| {
             format!(
-                "expected a list of {{start, end}} or a mapping with ranges/transientRanges: {e}"
+                "expected a list of {{start, end}} or a mapping with ranges (required) and transientRanges: {e}"
             )
         })?;
     Ok(RangesFile {
@@ -179,6 +200,22 @@ mod tests {
             let e = parse_ranges_yaml(text).unwrap_err();
             assert!(e.contains(&format!("`{key}`")), "{text}: {e}");
         }
+    }
+
+    /// A mapping needs `ranges` (before: a mapping of `transientRanges` alone, or an empty
+    /// file, was read as no full range), and a first line that is neither a list entry nor
+    /// a key is named (before: "expected mapping start" at 1:1).
+    #[test]
+    fn a_mapping_needs_ranges_and_a_bad_first_line_is_named() {
+        let e = parse_ranges_yaml("transientRanges:\n  - {start: \"1\", end: \"2\"}\n")
+            .unwrap_err();
+        assert!(e.contains("`ranges`"), "{e}");
+        for empty in ["", "# nothing\n", "---\n"] {
+            let e = parse_ranges_yaml(empty).unwrap_err();
+            assert!(e.contains("no document"), "{empty:?}: {e}");
+        }
+        let e = parse_ranges_yaml("ranges\n  - {start: \"1\", end: \"2\"}\n").unwrap_err();
+        assert!(e.contains("line 1: \"ranges\"") && !e.contains("mapping start"), "{e}");
     }
 
     /// A list over the parser's node limit says so, not "expected mapping start" (what
