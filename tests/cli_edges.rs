@@ -196,7 +196,14 @@ fn run_local_on_a_missing_directory_fails_fast() {
     let d = tempfile::tempdir().unwrap();
     let missing = d.path().join("manifests");
     let mut child = Command::new(bin())
-        .args(["run", "--node", "n1", "--metrics-addr", "127.0.0.1:0", "--local"])
+        .args([
+            "run",
+            "--node",
+            "n1",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--local",
+        ])
         .arg(&missing)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -222,7 +229,10 @@ fn run_local_on_a_missing_directory_fails_fast() {
         .read_to_string(&mut err)
         .unwrap();
     let Some(status) = status else {
-        panic!("run --local {} still running after 20 s: {err}", missing.display());
+        panic!(
+            "run --local {} still running after 20 s: {err}",
+            missing.display()
+        );
     };
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(
@@ -317,15 +327,24 @@ fn a_ranges_file_names_its_wrong_key_and_needs_ranges() {
     let e = split_ranges("ranegs:\n  - {start: \"0\", end: \"100\"}\n", repaired);
     assert!(e["message"].as_str().unwrap().contains("`ranegs`"), "{e}");
     for marker in [repaired, pending] {
-        let e = split_ranges("transientRanges:\n  - {start: \"0\", end: \"100\"}\n", marker);
+        let e = split_ranges(
+            "transientRanges:\n  - {start: \"0\", end: \"100\"}\n",
+            marker,
+        );
         assert_eq!(e["reason"], "InvalidRequest", "{e}");
         assert!(
-            e["message"].as_str().unwrap().contains("missing field `ranges`"),
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("missing field `ranges`"),
             "{marker:?}: {e}"
         );
     }
     let e = split_ranges("# nothing yet\n", pending);
-    assert!(e["message"].as_str().unwrap().contains("no document"), "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("no document"),
+        "{e}"
+    );
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
 }
 
@@ -438,7 +457,12 @@ fn inspect_keys_lists_keys_in_text_too() {
     let data = small_table(&d.path().join("t"));
     let o = cleave(&["inspect", data.to_str().unwrap(), "--keys"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let json = json_ok(&cleave(&["inspect", data.to_str().unwrap(), "--keys", "--json"]));
+    let json = json_ok(&cleave(&[
+        "inspect",
+        data.to_str().unwrap(),
+        "--keys",
+        "--json",
+    ]));
     let keys = json["keys"].as_array().unwrap();
     assert_eq!(keys.len(), 64);
     let text = stdout(&o);

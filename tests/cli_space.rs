@@ -121,8 +121,8 @@ fn fill_to(mount: &Path, percent: u64) {
 
 fn refused(o: &Output, mount: &Path) {
     assert_eq!(o.status.code(), Some(1), "{}", text(o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o)));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o)));
     let e = &v["error"];
     assert_eq!(e["reason"], "InsufficientSpace", "{v}");
     let m = e["message"].as_str().unwrap();
@@ -143,8 +143,7 @@ fn every_writing_command_keeps_the_reserve_free() {
         eprintln!("SKIP cli space: {why}");
         return;
     }
-    let fs =
-        cleave::io::loopfs::LoopMount::new(&std::env::temp_dir(), 128 << 20, "ext4").unwrap();
+    let fs = cleave::io::loopfs::LoopMount::new(&std::env::temp_dir(), 128 << 20, "ext4").unwrap();
     let m = &fs.mount_point;
     let data = m.join("data");
     let t1 = data.join("ks/t1-0123456789abcdef0123456789abcdef");
@@ -181,8 +180,27 @@ fn every_writing_command_keeps_the_reserve_free() {
     );
     let runs: [&[&str]; 6] = [
         &["split", p1s, "--out", outs, "--parts", "2", "--json"],
-        &["split", p1s, "--out", outs, "--parts", "2", "--dry-run", "--json"],
-        &["split", p1s, "--out", t1s, "--parts", "2", "--publish", "replace", "--json"],
+        &[
+            "split",
+            p1s,
+            "--out",
+            outs,
+            "--parts",
+            "2",
+            "--dry-run",
+            "--json",
+        ],
+        &[
+            "split",
+            p1s,
+            "--out",
+            t1s,
+            "--parts",
+            "2",
+            "--publish",
+            "replace",
+            "--json",
+        ],
         &["rewrite", p1s, "--force", "--json"],
         &["cleanup", t1s, "--owned-ranges", owneds, "--json"],
         &["apply-pending", "--data-dir", datas, "--json"],
@@ -199,7 +217,17 @@ fn every_writing_command_keeps_the_reserve_free() {
     // The same reserve by flag; with the reserve at 0 (the environment's setting) the split
     // that was refused fits and runs.
     refused(
-        &cleave(&["split", p1s, "--out", outs, "--parts", "2", "--min-free-percent", "10", "--json"]),
+        &cleave(&[
+            "split",
+            p1s,
+            "--out",
+            outs,
+            "--parts",
+            "2",
+            "--min-free-percent",
+            "10",
+            "--json",
+        ]),
         m,
     );
     let v = ok(Command::new(bin())

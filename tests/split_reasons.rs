@@ -100,7 +100,20 @@ fn a_full_disk_mid_split_is_insufficient_space() {
     let out = table.join("out");
     std::fs::create_dir(&out).unwrap();
     let used_before = fs.used_bytes().unwrap();
-    let v = split_fails(&parent, &out, &["--parts", "4", "--layout", "copy"]);
+    // No reserve: the split must start and run into ENOSPC, not be refused by the
+    // pre-flight (tests/cli_space.rs).
+    let v = split_fails(
+        &parent,
+        &out,
+        &[
+            "--parts",
+            "4",
+            "--layout",
+            "copy",
+            "--min-free-percent",
+            "0",
+        ],
+    );
     assert_eq!(v["error"]["reason"], "InsufficientSpace", "{v}");
     let path = v["error"]["path"].as_str().unwrap();
     assert!(path.starts_with(out.to_str().unwrap()), "{v}");

@@ -78,7 +78,11 @@ fn partitioner(a: &CleanupArgs) -> Result<Partitioner, Failed> {
 /// is not a directory is left to the library's own refusal.
 fn check_table_dir(a: &CleanupArgs) -> Result<(), Failed> {
     let dir = &a.table_dir;
-    if !dir.is_dir() || !cleanup::list_sstables(dir).map_err(SplitError::from)?.is_empty() {
+    if !dir.is_dir()
+        || !cleanup::list_sstables(dir)
+            .map_err(SplitError::from)?
+            .is_empty()
+    {
         return Ok(());
     }
     let mut tables: Vec<String> = std::fs::read_dir(dir)

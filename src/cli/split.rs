@@ -824,7 +824,9 @@ fn pending_space(a: &ApplyPendingArgs) -> Result<(), SplitError> {
 /// or failed, with nothing changed before the failing step.
 pub fn apply_pending(a: ApplyPendingArgs) -> Result<ExitCode> {
     let opts = intent::ApplyOptions { dry_run: a.dry_run };
-    let r = match pending_space(&a).and_then(|()| intent::run_on_restart(&a.data_dir, &opts).map_err(SplitError::from)) {
+    let r = match pending_space(&a)
+        .and_then(|()| intent::run_on_restart(&a.data_dir, &opts).map_err(SplitError::from))
+    {
         Ok(r) => r,
         Err(e) => {
             let code = Failed::from(e).print(a.json);

@@ -207,15 +207,18 @@ mod tests {
     /// a key is named (before: "expected mapping start" at 1:1).
     #[test]
     fn a_mapping_needs_ranges_and_a_bad_first_line_is_named() {
-        let e = parse_ranges_yaml("transientRanges:\n  - {start: \"1\", end: \"2\"}\n")
-            .unwrap_err();
+        let e =
+            parse_ranges_yaml("transientRanges:\n  - {start: \"1\", end: \"2\"}\n").unwrap_err();
         assert!(e.contains("`ranges`"), "{e}");
         for empty in ["", "# nothing\n", "---\n"] {
             let e = parse_ranges_yaml(empty).unwrap_err();
             assert!(e.contains("no document"), "{empty:?}: {e}");
         }
         let e = parse_ranges_yaml("ranges\n  - {start: \"1\", end: \"2\"}\n").unwrap_err();
-        assert!(e.contains("line 1: \"ranges\"") && !e.contains("mapping start"), "{e}");
+        assert!(
+            e.contains("line 1: \"ranges\"") && !e.contains("mapping start"),
+            "{e}"
+        );
     }
 
     /// A list over the parser's node limit says so, not "expected mapping start" (what
