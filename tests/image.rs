@@ -229,7 +229,12 @@ fn blob(layout: &Path, descriptor: &Value) -> PathBuf {
     let digest = descriptor["digest"].as_str().unwrap();
     let hex = digest.strip_prefix("sha256:").unwrap();
     let path = layout.join("blobs/sha256").join(hex);
-    assert_eq!(sha256_file(&path), digest, "blob {} has another digest", path.display());
+    assert_eq!(
+        sha256_file(&path),
+        digest,
+        "blob {} has another digest",
+        path.display()
+    );
     assert_eq!(
         Some(std::fs::metadata(&path).unwrap().len()),
         descriptor["size"].as_u64(),
@@ -365,8 +370,15 @@ print(json.dumps([m.name for m in members]))
     let py = names(listed);
 
     assert_eq!(gnu, py, "GNU tar and tarfile list different members");
-    for want in ["usr/local/bin/cleave", "etc/passwd", "etc/ssl/certs/ca-certificates.crt"] {
-        assert!(gnu.iter().any(|n| n == want), "no {want} in the layer: {gnu:?}");
+    for want in [
+        "usr/local/bin/cleave",
+        "etc/passwd",
+        "etc/ssl/certs/ca-certificates.crt",
+    ] {
+        assert!(
+            gnu.iter().any(|n| n == want),
+            "no {want} in the layer: {gnu:?}"
+        );
     }
     // No absolute or `..` member names, no `.` entry restamping the container's root.
     for n in &gnu {
