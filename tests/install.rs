@@ -1777,7 +1777,29 @@ fn the_init_container_promise_names_its_limit_and_an_alert_watches_it() {
 /// The metric names a PromQL expression reads: identifiers outside label matchers, range
 /// selectors, strings and grouping clauses, that are not functions or operators.
 fn promql_metrics(expr: &str) -> BTreeSet<String> {
-    const KEYWORDS: [&str; 7] = ["and", "or", "unless", "bool", "offset", "inf", "nan"];
+    // Operators, and the aggregations (`sum by (x) (...)` puts the clause before the
+    // parenthesis, so they are not always followed by one).
+    const KEYWORDS: [&str; 19] = [
+        "and",
+        "or",
+        "unless",
+        "bool",
+        "offset",
+        "inf",
+        "nan",
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "count",
+        "stddev",
+        "stdvar",
+        "topk",
+        "bottomk",
+        "quantile",
+        "count_values",
+        "group",
+    ];
     const GROUPING: [&str; 6] = [
         "by",
         "without",
