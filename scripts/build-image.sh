@@ -18,7 +18,7 @@
 # /etc/group with UID/GID 999 (Cassandra's in the official images), /tmp, and
 # /var/lib/dpkg/status.d/<package> so image scanners see the package versions. No shell, no
 # package manager. User 999:999, entrypoint `cleave`, labels org.opencontainers.image.*.
-# Tools, all Debian packages: dpkg-deb, apt-get download, strip (binutils), umoci; installed
+# Tools, all Debian packages: dpkg-deb, apt-get download, strip (binutils), GNU tar, umoci; installed
 # with apt-get when missing and running as root. Nothing runs a container.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -172,13 +172,32 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/cleave-image.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 assemble_rootfs "$work/rootfs"
 
+# One layer: the whole tree, written by GNU tar. Not `umoci insert`: Debian's umoci 0.4.7
+# ends the stream it writes 103 bytes into a 512-byte block (no padding of the last member,
+# no end-of-archive blocks); `umoci unpack` tolerates that, GNU tar ("Unexpected EOF in
+# archive") and Python's tarfile do not, nor need a kubelet's runtime. The same bytes for
+# the same tree: names sorted, one owner, one time (the tree's), POSIX format without the
+# atime/ctime records; member names relative to / ("etc/passwd", no "./" entry that would
+# restamp the container's root directory).
+layer="$work/layer.tar"
+epoch="$(source_date_epoch)"
+mapfile -t top < <(cd "$work/rootfs" && LC_ALL=C ls -A | LC_ALL=C sort)
+tar --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner \
+  --format=posix --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
+  -C "$work/rootfs" -cf "$layer" -- "${top[@]}"
+# What every reader needs before the blob is written: a whole number of 512-byte records
+# ending in the two zero blocks, and a listing GNU tar reads back without complaint.
+[ $(( $(stat -c %s "$layer") % 512 )) -eq 0 ] || die "layer tar is not a whole number of 512-byte blocks"
+[ -z "$(tail -c 1024 "$layer" | tr -d '\0')" ] || die "layer tar lacks its end-of-archive blocks"
+tar -tf "$layer" >/dev/null || die "GNU tar cannot list the layer it wrote"
+
 layout="$work/oci"
 umoci init --layout "$layout"
 umoci new --image "$layout:$version"
-# One layer: the whole tree. `insert` adds $work/rootfs's contents at / as they are (owner
-# root, the commit's time).
-umoci insert --image "$layout:$version" --history.created "$created" \
-  --history.created_by "scripts/build-image.sh" "$work/rootfs" /
+# `raw add-layer` stores the archive verbatim (gzip-compressed; its diff_id is the sha256 of
+# these bytes) and records it in the manifest and the config.
+umoci raw add-layer --image "$layout:$version" --history.created "$created" \
+  --history.created_by "scripts/build-image.sh" "$layer"
 umoci config --image "$layout:$version" --created "$created" \
   --history.created "$created" --history.created_by "scripts/build-image.sh (config)" \
   --os linux --architecture "$(dpkg --print-architecture)" \

@@ -270,6 +270,119 @@ fn malformed_specs_are_refused_by_kubectl_apply_naming_the_field() {
     );
 }
 
+/// The cells of `kubectl get` output by column header: each value is what stands between
+/// its header's start and the next header's.
+fn table(out: &str) -> Vec<std::collections::BTreeMap<String, String>> {
+    let mut lines = out.lines();
+    let header = lines.next().unwrap_or_default();
+    let mut starts: Vec<(usize, String)> = Vec::new();
+    let mut prev = ' ';
+    for (i, ch) in header.char_indices() {
+        if ch != ' ' && prev == ' ' {
+            let name: String = header[i..].chars().take_while(|c| *c != ' ').collect();
+            starts.push((i, name));
+        }
+        prev = ch;
+    }
+    lines
+        .map(|l| {
+            let mut row = std::collections::BTreeMap::new();
+            for (k, (start, name)) in starts.iter().enumerate() {
+                let end = starts.get(k + 1).map_or(l.len(), |n| n.0.min(l.len()));
+                let cell = l.get(*start..end).unwrap_or("").trim().to_string();
+                row.insert(name.clone(), cell);
+            }
+            row
+        })
+        .collect()
+}
+
+/// `kubectl get` says what and where for every kind, as a CassandraTask user expects at a
+/// glance: the node, the datacenter (cass-operator's `cassandra.datastax.com/datacenter`
+/// label), the keyspace and the kind of work (how an AnticompactionJob or CleanupJob
+/// publishes; a RangeStream's destination node and import), evaluated by a real apiserver
+/// from the CRDs in crds/. Issue 37 item 9.
+#[test]
+fn kubectl_get_columns_say_what_and_where_for_every_kind() {
+    let Some(c) = cluster_or_skip("kubectl_get_columns_say_what_and_where_for_every_kind") else {
+        return;
+    };
+    let labels = "  labels: {cleave.dev/node: n1, cassandra.datastax.com/datacenter: dc1}\n";
+    let meta = |kind: &str, name: &str| {
+        format!("apiVersion: cleave.dev/v1alpha1\nkind: {kind}\nmetadata:\n  name: {name}\n  namespace: default\n{labels}")
+    };
+    let yaml = format!(
+        "{}spec:\n  nodeName: n1\n  keyspace: ks\n  ranges: [{{start: \"0\", end: \"100\"}}]\n  repairedAt: 1700000000000\n  publish: OnRestart\n---\n\
+         {}spec:\n  nodeName: n1\n  keyspace: ks2\n  ownedRanges: [{{start: \"0\", end: \"100\"}}]\n  publish: Replace\n---\n\
+         {}spec:\n  sourceNode: n1\n  keyspace: ks3\n  ranges: [{{start: \"0\", end: \"100\"}}]\n  destination: {{nodeName: n2, endpoint: \"n2:7100\"}}\n  import: Staging\n",
+        meta("AnticompactionJob", "cols-acj"),
+        meta("CleanupJob", "cols-clj"),
+        meta("RangeStream", "cols-rs"),
+    );
+    let out = apply(&c, &[], &yaml);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let common = [
+        "NAME",
+        "NODE",
+        "DATACENTER",
+        "KEYSPACE",
+        "PHASE",
+        "PROGRESS",
+        "REASON",
+        "STARTED",
+        "COMPLETED",
+        "AGE",
+    ];
+    for (kind, want) in [
+        (
+            "anticompactionjobs.cleave.dev",
+            vec![
+                ("NAME", "cols-acj"),
+                ("NODE", "n1"),
+                ("DATACENTER", "dc1"),
+                ("KEYSPACE", "ks"),
+                ("PUBLISH", "OnRestart"),
+            ],
+        ),
+        (
+            "cleanupjobs.cleave.dev",
+            vec![
+                ("NAME", "cols-clj"),
+                ("NODE", "n1"),
+                ("DATACENTER", "dc1"),
+                ("KEYSPACE", "ks2"),
+                ("PUBLISH", "Replace"),
+            ],
+        ),
+        (
+            "rangestreams.cleave.dev",
+            vec![
+                ("NAME", "cols-rs"),
+                ("NODE", "n1"),
+                ("TO", "n2"),
+                ("DATACENTER", "dc1"),
+                ("KEYSPACE", "ks3"),
+                ("IMPORT", "Staging"),
+            ],
+        ),
+    ] {
+        let out = c.ok(&["get", kind, "-n", "default"]);
+        let rows = table(&out);
+        assert_eq!(rows.len(), 1, "{kind}:\n{out}");
+        for col in common {
+            assert!(rows[0].contains_key(col), "{kind}: no {col} column:\n{out}");
+        }
+        for (col, val) in want {
+            assert_eq!(
+                rows[0].get(col).map(String::as_str),
+                Some(val),
+                "{kind}: column {col}:\n{out}"
+            );
+        }
+    }
+}
+
 #[test]
 fn tokens_are_admitted_in_the_notation_of_spec_partitioner() {
     let Some(c) = cluster_or_skip("tokens_are_admitted_in_the_notation_of_spec_partitioner") else {

@@ -2,7 +2,9 @@
 //! engine: an OCI archive whose config `skopeo` (an independent reader of the format) shows
 //! with user 999 and the org.opencontainers.image.* labels, and whose unpacked filesystem
 //! (`umoci unpack`, another independent reader) runs cleave by `chroot`: `--version`, `crd`
-//! and the whole `demo`, as UID 999, with only the image's own libraries and no shell.
+//! and the whole `demo`, as UID 999, with only the image's own libraries and no shell. The
+//! layer itself is read whole by two tar readers that did not write it (GNU tar and Python's
+//! `tarfile`), and every digest the layout names is the sha256 of the blob it names.
 // Always true here; said so that clippy.toml's allow-unwrap-in-tests covers the helpers too
 // (rust-clippy#11119).
 #![cfg(test)]
@@ -212,6 +214,190 @@ fn image_builds_without_a_container_engine_and_runs_from_its_own_filesystem() {
         "{said}"
     );
     assert!(said.contains("check     ok"), "{said}");
+}
+
+fn sha256_file(path: &Path) -> String {
+    let mut c = Command::new("sha256sum");
+    c.arg(path);
+    let said = ok(c, None);
+    format!("sha256:{}", said.split_whitespace().next().unwrap())
+}
+
+/// The blob a descriptor names, after checking that its bytes have the descriptor's digest
+/// and size.
+fn blob(layout: &Path, descriptor: &Value) -> PathBuf {
+    let digest = descriptor["digest"].as_str().unwrap();
+    let hex = digest.strip_prefix("sha256:").unwrap();
+    let path = layout.join("blobs/sha256").join(hex);
+    assert_eq!(
+        sha256_file(&path),
+        digest,
+        "blob {} has another digest",
+        path.display()
+    );
+    assert_eq!(
+        Some(std::fs::metadata(&path).unwrap().len()),
+        descriptor["size"].as_u64(),
+        "blob {digest}: size differs from its descriptor {descriptor}"
+    );
+    path
+}
+
+/// Member names as the reader printed them, without the trailing `/` GNU tar gives
+/// directories (tarfile does not).
+fn names(listing: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut v: Vec<String> = listing
+        .into_iter()
+        .map(|n| n.trim_end_matches('/').to_string())
+        .filter(|n| !n.is_empty())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The layer a kubelet's runtime pulls is a whole tar stream: GNU tar and Python's tarfile
+/// (neither wrote it) list and extract it without an error, agree on its members, and the
+/// binary either extracted runs from its own tree; the layout's digests (index, manifest,
+/// config, layer, the config's diff_id) are those of the bytes they name. Issue 37 item 1:
+/// umoci 0.4.7 `insert` cut the stream short ("Unexpected EOF in archive").
+#[test]
+fn image_layer_is_read_whole_by_gnu_tar_and_python_tarfile() {
+    if !tools_or_skip() {
+        return;
+    }
+    if !have("python3") || !have("gzip") {
+        eprintln!("SKIP image layer readers: no python3 or gzip");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("cleave.oci.tar");
+    build_image(&archive);
+    let layout = tmp.path().join("layout");
+    std::fs::create_dir_all(&layout).unwrap();
+    let mut c = Command::new("tar");
+    c.arg("-xf").arg(&archive).arg("-C").arg(&layout);
+    ok(c, None);
+
+    // index.json -> manifest -> config and layer, each digest checked against its bytes.
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let manifests = index["manifests"].as_array().unwrap();
+    assert_eq!(manifests.len(), 1, "{index}");
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(blob(&layout, &manifests[0])).unwrap()).unwrap();
+    let config: Value =
+        serde_json::from_slice(&std::fs::read(blob(&layout, &manifest["config"])).unwrap())
+            .unwrap();
+    let layers = manifest["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 1, "{manifest}");
+    assert_eq!(
+        layers[0]["mediaType"], "application/vnd.oci.image.layer.v1.tar+gzip",
+        "{manifest}"
+    );
+    let layer = blob(&layout, &layers[0]);
+    let uncompressed = tmp.path().join("layer.tar");
+    let mut c = Command::new("sh");
+    c.args(["-c", "gzip -dc \"$1\" > \"$2\"", "sh"])
+        .arg(&layer)
+        .arg(&uncompressed);
+    ok(c, None);
+    assert_eq!(
+        config["rootfs"]["diff_ids"],
+        serde_json::json!([sha256_file(&uncompressed)]),
+        "the config's diff_id is not the sha256 of the uncompressed layer"
+    );
+    // The stream ends where tar says a stream ends: whole 512-byte blocks, the last two of
+    // them zero (the end-of-archive marker).
+    let bytes = std::fs::read(&uncompressed).unwrap();
+    assert_eq!(
+        bytes.len() % 512,
+        0,
+        "the uncompressed layer ({} bytes) ends {} bytes into a 512-byte block",
+        bytes.len(),
+        bytes.len() % 512
+    );
+    assert!(
+        bytes.len() >= 1024 && bytes[bytes.len() - 1024..].iter().all(|&b| b == 0),
+        "the uncompressed layer has no end-of-archive blocks"
+    );
+
+    // Reader 1: GNU tar, listing and extracting the compressed blob; any complaint fails.
+    let mut c = Command::new("tar");
+    c.arg("-tzf").arg(&layer);
+    let out = run(c, None);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "GNU tar -t on the layer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gnu = names(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string),
+    );
+    let gnu_root = tmp.path().join("gnu-rootfs");
+    std::fs::create_dir_all(&gnu_root).unwrap();
+    let mut c = Command::new("tar");
+    c.arg("-xzf").arg(&layer).arg("-C").arg(&gnu_root);
+    let out = run(c, None);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "GNU tar -x of the layer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Reader 2: Python's tarfile, reading every member and extracting them (as a trusted
+    // archive: the image has absolute symlinks such as /lib64's loader).
+    let py_root = tmp.path().join("py-rootfs");
+    std::fs::create_dir_all(&py_root).unwrap();
+    let script = r#"
+import json, sys, tarfile
+with tarfile.open(sys.argv[1], "r:gz") as t:
+    members = t.getmembers()
+    kw = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+    t.extractall(sys.argv[2], **kw)
+print(json.dumps([m.name for m in members]))
+"#;
+    let mut c = Command::new("python3");
+    c.args(["-c", script]).arg(&layer).arg(&py_root);
+    let out = run(c, None);
+    assert!(
+        out.status.success(),
+        "Python tarfile on the layer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    let py = names(listed);
+
+    assert_eq!(gnu, py, "GNU tar and tarfile list different members");
+    for want in [
+        "usr/local/bin/cleave",
+        "etc/passwd",
+        "etc/ssl/certs/ca-certificates.crt",
+    ] {
+        assert!(
+            gnu.iter().any(|n| n == want),
+            "no {want} in the layer: {gnu:?}"
+        );
+    }
+    // No absolute or `..` member names, no `.` entry restamping the container's root.
+    for n in &gnu {
+        assert!(
+            !n.starts_with('/') && !n.split('/').any(|c| c == ".." || c == "."),
+            "member name {n:?}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(gnu_root.join("usr/local/bin/cleave")).unwrap(),
+        std::fs::read(py_root.join("usr/local/bin/cleave")).unwrap(),
+        "the two readers extracted different binaries"
+    );
+
+    // What GNU tar extracted runs on its own: loader and libraries from the layer.
+    let out = chroot(&gnu_root, &["--version"]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains(&crate_version()), "--version: {said}");
 }
 
 /// The Dockerfile assembles the same file tree: it runs this script's `rootfs` step and

@@ -1710,3 +1710,361 @@ fn alerts_use_only_metrics_cleave_exports() {
         );
     }
 }
+
+/// The init container can keep Cassandra from starting in one way `--never-block-start`
+/// cannot cover: it never runs (an image the kubelet cannot pull, `Init:ImagePullBackOff`).
+/// Every place that makes the promise says so, and the chart's alerts watch the chart's own
+/// init container through kube-state-metrics. Issue 37 item 2.
+#[test]
+fn the_init_container_promise_names_its_limit_and_an_alert_watches_it() {
+    // The init container's name, as the chart's template writes it.
+    let helpers = std::fs::read_to_string(chart().join("templates/_helpers.tpl")).unwrap();
+    let define = helpers
+        .split("{{- define \"cleave.applyPendingInit\" -}}")
+        .nth(1)
+        .expect("_helpers.tpl defines cleave.applyPendingInit");
+    let name = define
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("- name: "))
+        .expect("the init container's name")
+        .trim()
+        .to_string();
+    assert_eq!(name, "cleave-apply-pending");
+
+    let alerts = std::fs::read_to_string(chart().join("files/alerts.yaml")).unwrap();
+    let alerts = &yaml_docs(&alerts)[0];
+    let rule = alerts["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["alert"] == "CleaveInitContainerBlocksCassandra")
+        .expect("no alert CleaveInitContainerBlocksCassandra in the chart");
+    let expr = rule["expr"].as_str().unwrap();
+    assert!(
+        expr.contains("kube_pod_init_container_status_waiting_reason")
+            && expr.contains(&format!("container=\"{name}\"")),
+        "the alert does not watch the waiting reason of {name}: {expr}"
+    );
+    // PodInitializing is an init container waiting its turn behind another one: not stuck.
+    assert!(expr.contains("reason!=\"PodInitializing\""), "{expr}");
+    assert_eq!(rule["labels"]["severity"], "critical", "Cassandra is down");
+
+    // Where the promise is made, its limit is said and the alert named.
+    for f in [
+        "docs/install.md",
+        "docs/operator.md",
+        "docs/runbook.md",
+        "charts/cleave/values.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo().join(f)).unwrap();
+        assert!(
+            text.contains("ImagePullBackOff") && text.contains("CleaveInitContainerBlocksCassandra"),
+            "{f} promises the init container never blocks Cassandra without naming ImagePullBackOff and the alert"
+        );
+    }
+    let runbook = std::fs::read_to_string(repo().join("docs/runbook.md")).unwrap();
+    assert!(runbook.contains("### CleaveInitContainerBlocksCassandra"));
+    // The flag's own help, where an admin reads it.
+    let mut c = Command::new(cleave_bin());
+    c.args(["apply-pending", "--help"]);
+    let help = ok(c, None);
+    assert!(
+        help.contains("ImagePullBackOff"),
+        "apply-pending --help makes the promise without its limit:\n{help}"
+    );
+}
+
+/// The metric names a PromQL expression reads: identifiers outside label matchers, range
+/// selectors, strings and grouping clauses, that are not functions or operators.
+fn promql_metrics(expr: &str) -> BTreeSet<String> {
+    // Operators, and the aggregations (`sum by (x) (...)` puts the clause before the
+    // parenthesis, so they are not always followed by one).
+    const KEYWORDS: [&str; 19] = [
+        "and",
+        "or",
+        "unless",
+        "bool",
+        "offset",
+        "inf",
+        "nan",
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "count",
+        "stddev",
+        "stdvar",
+        "topk",
+        "bottomk",
+        "quantile",
+        "count_values",
+        "group",
+    ];
+    const GROUPING: [&str; 6] = [
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+    ];
+    let b = expr.as_bytes();
+    let mut out = BTreeSet::new();
+    let mut i = 0;
+    // Skips from an opening byte to its matching close (strings inside are skipped whole).
+    let skip = |mut i: usize, open: u8, close: u8| -> usize {
+        let mut depth = 0;
+        while i < b.len() {
+            match b[i] {
+                b'"' => {
+                    i += 1;
+                    while i < b.len() && b[i] != b'"' {
+                        i += if b[i] == b'\\' { 2 } else { 1 };
+                    }
+                }
+                x if x == open => depth += 1,
+                x if x == close => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return i + 1;
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        i
+    };
+    while i < b.len() {
+        let ch = b[i];
+        if ch == b'{' {
+            i = skip(i, b'{', b'}');
+        } else if ch == b'[' {
+            i = skip(i, b'[', b']');
+        } else if ch == b'"' {
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                i += if b[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
+        } else if ch.is_ascii_digit() || ch == b'.' {
+            // A number (0.95, 1e3): its letters are not a name.
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
+                i += 1;
+            }
+        } else if ch.is_ascii_alphabetic() || ch == b'_' || ch == b':' {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b':') {
+                i += 1;
+            }
+            let word = &expr[start..i];
+            let mut j = i;
+            while j < b.len() && b[j] == b' ' {
+                j += 1;
+            }
+            let called = j < b.len() && b[j] == b'(';
+            if GROUPING.contains(&word) {
+                if called {
+                    i = skip(j, b'(', b')');
+                }
+            } else if !called && !KEYWORDS.contains(&word.to_ascii_lowercase().as_str()) {
+                out.insert(word.to_string());
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Every series name cleave's /metrics can carry: the names the metrics modules register
+/// (with a histogram's `_bucket`, `_sum`, `_count`), and what a running `cleave run --local`
+/// serves (the process collector's `process_*` among them).
+fn exported_metrics() -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut families = BTreeSet::new();
+    let mut series = BTreeSet::new();
+    for f in ["src/operator/metrics.rs", "src/stream/metrics.rs"] {
+        let src = std::fs::read_to_string(repo().join(f)).unwrap();
+        for (i, _) in src.match_indices("\"cleave_") {
+            let name: String = src[i + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let before = &src[i.saturating_sub(60)..i];
+            if before.contains("HistogramOpts::new(") {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    series.insert(format!("{name}{suffix}"));
+                }
+            } else {
+                series.insert(name.clone());
+            }
+            families.insert(name);
+        }
+    }
+    assert!(families.len() >= 20, "{families:?}");
+    // The live endpoint.
+    let tmp = tempfile::tempdir().unwrap();
+    let manifests = tmp.path().join("manifests");
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&manifests).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    let port = free_port();
+    let mut c = Command::new(cleave_bin());
+    c.args(["run", "--local"])
+        .arg(&manifests)
+        .args([
+            "--node",
+            "n1",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _run = KillOnDrop(c.spawn().unwrap());
+    let t = Instant::now();
+    let body = loop {
+        if let Some(r) = http_get(port, "/metrics").filter(|r| r.starts_with("HTTP/1.1 200")) {
+            break r;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no /metrics from cleave run --local"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let body = body.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let mut live = BTreeSet::new();
+    for l in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let name: String = l
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+            .collect();
+        live.insert(name);
+    }
+    assert!(live.contains("cleave_ready"), "{body}");
+    assert!(
+        live.contains("process_resident_memory_bytes"),
+        "no process collector in /metrics: {body}"
+    );
+    series.extend(live);
+    (families, series)
+}
+
+/// The chart's Grafana dashboard queries only series cleave really exports, and shows every
+/// cleave metric family on some panel; its variables read a cleave series too. Issue 37
+/// item 9.
+#[test]
+fn grafana_dashboard_queries_only_metrics_cleave_exports() {
+    let path = chart().join("files/dashboard.json");
+    let dash: Value = serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "the chart ships no Grafana dashboard ({}): {e}",
+            path.display()
+        )
+    }))
+    .unwrap();
+    assert_eq!(
+        dash["uid"], "cleave",
+        "a stable uid: links survive a re-import"
+    );
+    let (families, series) = exported_metrics();
+    let mut used = BTreeSet::new();
+    let mut ids = BTreeSet::new();
+    let panels = dash["panels"].as_array().unwrap();
+    assert!(panels.len() >= 10, "{} panels", panels.len());
+    for p in panels {
+        assert!(ids.insert(p["id"].as_u64().unwrap()), "panel id twice: {p}");
+        if p["type"] == "row" {
+            continue;
+        }
+        let title = p["title"].as_str().unwrap();
+        let targets = p["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "panel {title} has no query");
+        for t in targets {
+            let expr = t["expr"].as_str().unwrap();
+            let names = promql_metrics(expr);
+            assert!(!names.is_empty(), "panel {title}: no metric in {expr}");
+            for n in names {
+                assert!(
+                    series.contains(&n),
+                    "panel {title} queries {n}, which cleave does not export: {expr}"
+                );
+                used.insert(n);
+            }
+        }
+    }
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if v["type"] != "query" {
+            continue;
+        }
+        let q = v["query"]["query"].as_str().unwrap();
+        let inner = q
+            .strip_prefix("label_values(")
+            .and_then(|r| r.rsplit_once(','))
+            .map(|(m, _)| m)
+            .unwrap_or_else(|| panic!("variable {}: {q}", v["name"]));
+        for n in promql_metrics(inner) {
+            assert!(series.contains(&n), "variable {} reads {n}", v["name"]);
+        }
+    }
+    // Every family is on a panel (a histogram through one of its series).
+    for f in &families {
+        assert!(
+            used.iter().any(|u| u == f
+                || u.strip_prefix(f.as_str())
+                    .is_some_and(|s| ["_bucket", "_sum", "_count"].contains(&s))),
+            "no panel shows {f}"
+        );
+    }
+}
+
+/// `metrics.grafanaDashboard.enabled` renders the dashboard as a ConfigMap that Grafana's
+/// sidecar loads (label `grafana_dashboard: "1"`), the JSON byte for byte the chart's file;
+/// off by default.
+#[test]
+fn chart_ships_the_grafana_dashboard_as_a_configmap() {
+    if !tools_or_skip("chart_ships_the_grafana_dashboard_as_a_configmap") {
+        return;
+    }
+    let file = std::fs::read_to_string(chart().join("files/dashboard.json")).unwrap();
+    let is_dashboard =
+        |d: &&Value| d["kind"] == "ConfigMap" && d["data"].get("cleave.json").is_some();
+    let d = yaml_docs(&template("cass", &[]));
+    assert!(
+        !d.iter().any(|x| is_dashboard(&x)),
+        "a dashboard by default"
+    );
+    let d = yaml_docs(&template(
+        "cass",
+        &["--set", "metrics.grafanaDashboard.enabled=true"],
+    ));
+    let cms: Vec<&Value> = d.iter().filter(is_dashboard).collect();
+    assert_eq!(cms.len(), 1, "one dashboard ConfigMap");
+    let cm = cms[0];
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1", "{cm}");
+    assert_eq!(cm["metadata"]["namespace"], "cass", "{cm}");
+    assert_eq!(cm["data"]["cleave.json"].as_str().unwrap(), file.trim_end());
+    // Another sidecar label and namespace, by values.
+    let d = yaml_docs(&template(
+        "cass",
+        &[
+            "--set",
+            "metrics.grafanaDashboard.enabled=true",
+            "--set",
+            "metrics.grafanaDashboard.namespace=monitoring",
+            "--set",
+            "metrics.grafanaDashboard.labels.grafana_dashboard=cleave",
+        ],
+    ));
+    let cm = d.iter().find(is_dashboard).unwrap();
+    assert_eq!(cm["metadata"]["namespace"], "monitoring", "{cm}");
+    assert_eq!(
+        cm["metadata"]["labels"]["grafana_dashboard"], "cleave",
+        "{cm}"
+    );
+}

@@ -729,3 +729,56 @@ fn the_daemonset_capabilities_let_the_guard_see_another_uids_cassandra() {
         assert_eq!(snapshot(&table), snap, "{caps}: the table changed");
     }
 }
+
+/// A node's first boot: cass-operator's `server-data` volume is empty and Cassandra creates
+/// `data/` only when it first starts, after the init container. `apply-pending` (as the
+/// chart runs it) reports nothing pending, exits 0 and writes nothing to stderr: an error
+/// logged on every new node would teach admins to ignore the init container's log. An empty
+/// data directory is the same. Issue 37 item 2.
+#[test]
+fn a_first_boot_on_an_empty_volume_is_nothing_pending_without_an_error() {
+    let volume = tempfile::tempdir().unwrap();
+    let data = volume.path().join("data");
+    for (what, json) in [("missing", true), ("missing", false), ("empty", true)] {
+        if what == "empty" {
+            std::fs::create_dir(&data).unwrap();
+        }
+        let mut c = Command::new(cleave_bin());
+        c.arg("apply-pending")
+            .arg(format!("--data-dir={}", data.display()));
+        if json {
+            c.arg("--json");
+        }
+        // Once with the chart's --never-block-start, once without: a first boot is not a
+        // failure that flag forgives, it is nothing to do.
+        for never_block in [true, false] {
+            let mut c2 = Command::new(cleave_bin());
+            c2.args(c.get_args());
+            if never_block {
+                c2.arg("--never-block-start");
+            }
+            let out = c2.output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && stderr.is_empty(),
+                "{what} data dir (json {json}, never-block {never_block}): {:?}\nstdout: {stdout}\nstderr: {stderr}",
+                out.status
+            );
+            if json {
+                let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+                assert_eq!(v["jobs"], serde_json::json!([]), "{v}");
+                assert_eq!(v["tables"], 0, "{v}");
+                assert_eq!(v["data_dir_exists"], what == "empty", "{v}");
+            } else {
+                assert!(stdout.contains("nothing pending"), "{stdout}");
+            }
+        }
+    }
+    // Nothing was created: the directory is Cassandra's to make.
+    assert_eq!(
+        std::fs::read_dir(&data).unwrap().count(),
+        0,
+        "apply-pending wrote into the empty data directory"
+    );
+}

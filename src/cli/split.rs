@@ -792,9 +792,12 @@ pub struct ApplyPendingArgs {
     #[arg(long)]
     pub json: bool,
     /// Exit 0 even when the run is refused or fails, after printing its reason: as an init
-    /// container it must never keep Cassandra from starting. Nothing is published by a
-    /// refused run, an interrupted one is finished or rolled back by the next (parent or
+    /// container, nothing it does may keep Cassandra from starting. Nothing is published by
+    /// a refused run, an interrupted one is finished or rolled back by the next (parent or
     /// children), and the intents wait for the next restart (the job stays AwaitingRestart).
+    /// It cannot act when the container never runs: an image that cannot be pulled leaves
+    /// the pod Init:ImagePullBackOff and Cassandra not started (docs/runbook.md
+    /// CleaveInitContainerBlocksCassandra).
     #[arg(long)]
     pub never_block_start: bool,
     #[command(flatten)]
@@ -841,7 +844,12 @@ pub fn apply_pending(a: ApplyPendingArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if r.jobs.is_empty() && r.stale_staging.is_empty() {
+    if !r.data_dir_exists {
+        println!(
+            "{}: nothing pending (no such directory yet: Cassandra creates it at its first start)",
+            a.data_dir.display()
+        );
+    } else if r.jobs.is_empty() && r.stale_staging.is_empty() {
         println!("{}: nothing pending", a.data_dir.display());
     }
     for d in &r.stale_staging {

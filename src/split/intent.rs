@@ -867,6 +867,9 @@ pub enum JobAction {
 #[derive(Debug, Clone, Serialize)]
 pub struct ApplyReport {
     pub data_dir: PathBuf,
+    /// False on a node's first boot: Cassandra creates its data directory when it first
+    /// starts, after the init container, so nothing can be pending there (not an error).
+    pub data_dir_exists: bool,
     pub dry_run: bool,
     pub tables: usize,
     /// Staging directories of a killed split or on-restart cleanup that `recover` removed
@@ -893,6 +896,26 @@ impl ApplyReport {
 /// parent that is no longer what its intent recorded drops that intent (`ParentChanged`).
 /// Idempotent: a second run finds only outcomes.
 pub fn run_on_restart(data_dir: &Path, opts: &ApplyOptions) -> Result<ApplyReport, PublishError> {
+    // A first boot: the volume is empty and Cassandra creates `data/` when it first starts,
+    // which is after the init container. No directory, no intent: nothing to publish, and
+    // nothing to say as an error (the init container's log is read when something fails).
+    // Only NotFound; any other failure to look (permissions, I/O) still refuses the run.
+    let data_dir_exists = match fs::symlink_metadata(data_dir) {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(io(data_dir)(e)),
+    };
+    if !data_dir_exists {
+        return Ok(ApplyReport {
+            data_dir: data_dir.to_path_buf(),
+            data_dir_exists,
+            dry_run: opts.dry_run,
+            tables: 0,
+            stale_staging: Vec::new(),
+            recovered: Vec::new(),
+            jobs: Vec::new(),
+        });
+    }
     // Everything that can refuse the run (a linked pending or job directory) is looked at
     // before anything changes.
     let found = scan(data_dir)?;
@@ -907,6 +930,7 @@ pub fn run_on_restart(data_dir: &Path, opts: &ApplyOptions) -> Result<ApplyRepor
     }
     let mut report = ApplyReport {
         data_dir: data_dir.to_path_buf(),
+        data_dir_exists,
         dry_run: opts.dry_run,
         tables: tables.iter().filter(|(f, _)| f.pending).count(),
         stale_staging: tables
