@@ -269,7 +269,7 @@ fn walk(
             other => panic!("type {other}"),
         };
         if !segs.is_empty() {
-            leaf("type", Some(wrong), path.clone(), format!("expected a"));
+            leaf("type", Some(wrong), path.clone(), "expected a".to_string());
         }
     }
     if let Some(e) = obj.get("enum") {
@@ -428,8 +428,11 @@ fn walk(
 
 /// The hand-written cases of the rules across fields (`oneOf`/`anyOf` of the CRD), by the
 /// JSON pointer the walk finds them at: base index, the change, the field reported.
-fn composite_cases() -> Vec<(String, usize, fn(&mut Value), &'static str)> {
-    let mut v: Vec<(String, usize, fn(&mut Value), &'static str)> = Vec::new();
+/// A hand-written case: the composite's key, the base, the change, the field reported.
+type Composite = (String, usize, fn(&mut Value), &'static str);
+
+fn composite_cases() -> Vec<Composite> {
+    let mut v: Vec<Composite> = Vec::new();
     for (kind, list) in [
         ("AnticompactionJob", "ranges"),
         ("RangeStream", "ranges"),
@@ -1065,12 +1068,11 @@ fn every_controller_check_is_reported_by_validate_and_by_the_controller() {
     // matched as patterns) has a case.
     let fields = check_fields_in_source();
     assert!(fields.len() >= 15, "{fields:?}");
+    let placeholder = regex::Regex::new(r"\\\{[^}]*\\\}").unwrap();
     for t in &fields {
         let pattern = format!(
             "^{}$",
-            regex::Regex::new(r"\\\{[^}]*\\\}")
-                .unwrap()
-                .replace_all(&regex::escape(t), "[A-Za-z0-9]+")
+            placeholder.replace_all(&regex::escape(t), "[A-Za-z0-9]+")
         );
         let re = regex::Regex::new(&pattern).unwrap();
         assert!(

@@ -26,9 +26,10 @@ impl Kind for AnticompactionJob {
     crate::kind_status_and_node!(node_name);
 
     fn checks(&self) -> Vec<SpecProblem> {
-        let mut v: Vec<SpecProblem> = decide::node_label_check(self.labels(), &self.spec.node_name)
-            .into_iter()
-            .collect();
+        let mut v: Vec<SpecProblem> =
+            decide::node_label_check(self.labels(), "spec.nodeName", &self.spec.node_name)
+                .into_iter()
+                .collect();
         v.extend(decide::job_checks(&self.spec));
         v
     }

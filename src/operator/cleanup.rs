@@ -41,9 +41,10 @@ impl Kind for CleanupJob {
 
     fn checks(&self) -> Vec<SpecProblem> {
         let spec = &self.spec;
-        let mut v: Vec<SpecProblem> = decide::node_label_check(self.labels(), &spec.node_name)
-            .into_iter()
-            .collect();
+        let mut v: Vec<SpecProblem> =
+            decide::node_label_check(self.labels(), "spec.nodeName", &spec.node_name)
+                .into_iter()
+                .collect();
         v.extend(decide::name_checks(&spec.keyspace, &spec.tables));
         v.extend(decide::rate_check(spec.max_bytes_per_second));
         v.extend(decide::parallelism_check(spec.parallelism));

@@ -467,13 +467,14 @@ impl TableClaim {
 /// (it would never reach the named node's).
 pub fn node_label_check(
     labels: &std::collections::BTreeMap<String, String>,
+    field: &str,
     node_name: &str,
 ) -> Option<SpecProblem> {
     match labels.get(NODE_LABEL) {
         Some(l) if *l != node_name => Some(SpecProblem::new(
             "metadata.labels",
             Reason::InvalidSpec,
-            format!("label {NODE_LABEL}={l} does not match the acting node {node_name:?}"),
+            format!("label {NODE_LABEL}={l} does not match {field} {node_name:?}"),
         )),
         _ => None,
     }
@@ -484,7 +485,7 @@ pub fn check_node_label(
     labels: &std::collections::BTreeMap<String, String>,
     node_name: &str,
 ) -> Result<(), Failure> {
-    match node_label_check(labels, node_name) {
+    match node_label_check(labels, "spec.nodeName", node_name) {
         Some(p) => Err(Failure::new(p.reason, p.to_string())),
         None => Ok(()),
     }

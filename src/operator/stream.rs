@@ -257,10 +257,13 @@ impl Kind for RangeStream {
     crate::kind_status_and_node!(source_node);
 
     fn checks(&self) -> Vec<SpecProblem> {
-        let mut v: Vec<SpecProblem> =
-            super::decide::node_label_check(self.labels(), &self.spec.source_node)
-                .into_iter()
-                .collect();
+        let mut v: Vec<SpecProblem> = super::decide::node_label_check(
+            self.labels(),
+            "spec.sourceNode",
+            &self.spec.source_node,
+        )
+        .into_iter()
+        .collect();
         v.extend(super::decide::stream_checks(&self.spec));
         v
     }
