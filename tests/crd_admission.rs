@@ -511,7 +511,7 @@ fn examples_are_admitted_and_misspelt_fields_are_kept_for_the_controller() {
     assert_eq!(job.spec.unknown_fields(), ["spec.dryrun"]);
     let e = decide::check_schema_rules_job(&job.spec).unwrap_err();
     assert!(
-        e.contains("spec.dryrun is not a field (did you mean spec.dryRun?)"),
+        e.contains("spec.dryrun: is not a field (did you mean spec.dryRun?)"),
         "{e}"
     );
 
@@ -531,7 +531,7 @@ fn examples_are_admitted_and_misspelt_fields_are_kept_for_the_controller() {
     assert!(
         e.contains("(did you mean spec.import?)")
             && e.contains(
-                "spec.destination.nodname is not a field (did you mean spec.destination.nodeName?)"
+                "spec.destination.nodname: is not a field (did you mean spec.destination.nodeName?)"
             ),
         "{e}"
     );

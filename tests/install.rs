@@ -1141,7 +1141,7 @@ fn install_md_text() -> String {
 fn lost_node_uninstall(cluster: &Cluster, install_md: &str) {
     let cmd = install_md
         .lines()
-        .find(|l| l.starts_with("kubectl -n cass get acj,rstream -o name | xargs"))
+        .find(|l| l.starts_with("kubectl -n cass get acj,rstream,clj -o name | xargs"))
         .expect("docs/install.md gives the lost-node finalizer command");
     let job = |name: &str| {
         format!(
@@ -1170,7 +1170,12 @@ fn lost_node_uninstall(cluster: &Cluster, install_md: &str) {
         None,
     );
     std::thread::sleep(Duration::from_secs(2));
-    let left = || cluster.kubectl(&["get", "-n", "cass", "acj,rstream", "-o", "name"], None);
+    let left = || {
+        cluster.kubectl(
+            &["get", "-n", "cass", "acj,rstream,clj", "-o", "name"],
+            None,
+        )
+    };
     assert_eq!(
         left().lines().count(),
         3,

@@ -14,6 +14,7 @@ use super::crd::{AnticompactionJob, JobStatus, Maintenance, Publish, SSTableResu
 use super::decide::{self, TableClaim};
 use super::job::{self, Outcome, Step};
 use super::metrics::Metrics;
+use super::schema::SpecProblem;
 use super::status::{self, Event};
 use super::window;
 use crate::reason::{Failure, Reason};
@@ -24,12 +25,13 @@ impl Kind for AnticompactionJob {
 
     crate::kind_status_and_node!(node_name);
 
-    fn validate(&self) -> Result<(), Failure> {
-        // Unknown fields first: a misspelt `dryRun` must never let a job run for real.
-        decide::check_schema_rules_job(&self.spec)
-            .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
-        decide::check_node_label(self.labels(), &self.spec.node_name)?;
-        decide::validate_spec(&self.spec)
+    fn checks(&self) -> Vec<SpecProblem> {
+        let mut v: Vec<SpecProblem> =
+            decide::node_label_check(self.labels(), "spec.nodeName", &self.spec.node_name)
+                .into_iter()
+                .collect();
+        v.extend(decide::job_checks(&self.spec));
+        v
     }
 
     fn ttl_seconds_after_finished(&self) -> Option<i64> {

@@ -24,6 +24,7 @@ use super::crd::{
 };
 use super::decide::{self, TableClaim};
 use super::job::{self, STAGED_DIR};
+use super::schema::SpecProblem;
 use super::status::{self, Event};
 use super::window;
 use crate::mgmt::ring;
@@ -38,32 +39,58 @@ impl Kind for CleanupJob {
 
     crate::kind_status_and_node!(node_name);
 
-    fn validate(&self) -> Result<(), Failure> {
+    fn checks(&self) -> Vec<SpecProblem> {
         let spec = &self.spec;
-        decide::check_unknown_fields("CleanupJob", &spec.unknown_fields_explained())
-            .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
-        decide::check_rate(spec.max_bytes_per_second)
-            .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
-        decide::check_node_label(self.labels(), &spec.node_name)?;
-        decide::check_parallelism(spec.parallelism)?;
+        let mut v: Vec<SpecProblem> =
+            decide::node_label_check(self.labels(), "spec.nodeName", &spec.node_name)
+                .into_iter()
+                .collect();
+        v.extend(decide::name_checks(&spec.keyspace, &spec.tables));
+        v.extend(decide::rate_check(spec.max_bytes_per_second));
+        v.extend(decide::parallelism_check(spec.parallelism));
+        v.extend(decide::target_check(spec.target_cassandra.as_deref()));
+        let both = ["spec.ownedRanges", "spec.ownership"];
+        let bad = |field: &str, m: &str| SpecProblem::new(field, Reason::InvalidSpec, m);
         match (spec.ownership, spec.owned_ranges.is_empty()) {
-            (Ownership::Ranges, true) => Err(Failure::new(
-                Reason::InvalidSpec,
-                "spec.ownedRanges is empty: list the ranges this node owns, or set ownership: ManagementApi",
-            )),
-            (Ownership::ManagementApi, false) => Err(Failure::new(
-                Reason::InvalidSpec,
-                "spec.ownedRanges and ownership: ManagementApi are both set: choose one",
-            )),
-            (Ownership::ManagementApi, true) if spec.partitioner() != Partitioner::Murmur3 => {
-                Err(Failure::new(
-                    Reason::InvalidSpec,
-                    "ownership: ManagementApi needs the Murmur3 partitioner (the management API parses tokens as Long); list spec.ownedRanges instead",
-                ))
+            (Ownership::Ranges, true) => v.push(
+                bad(
+                    "spec.ownedRanges",
+                    "is empty: list the ranges this node owns, or set ownership: ManagementApi",
+                )
+                .about(&both),
+            ),
+            (Ownership::ManagementApi, false) => v.push(
+                bad(
+                    "spec.ownedRanges",
+                    "is set with ownership: ManagementApi: choose one",
+                )
+                .about(&both),
+            ),
+            (Ownership::ManagementApi, true) => {
+                if spec.partitioner() != Partitioner::Murmur3 {
+                    v.push(bad(
+                        "spec.ownership",
+                        "ManagementApi needs the Murmur3 partitioner (the management API parses tokens as Long); list spec.ownedRanges instead",
+                    ).about(&["spec.partitioner"]));
+                }
             }
-            (Ownership::Ranges, false) => parse_ranges(spec).map(|_| ()),
-            (Ownership::ManagementApi, true) => Ok(()),
+            (Ownership::Ranges, false) => {
+                let (parsed, bad) = decide::token_checks(
+                    "ownedRanges",
+                    &spec.owned_ranges,
+                    Some(spec.partitioner()),
+                );
+                v.extend(bad);
+                if let Some(rs) = parsed {
+                    v.extend(decide::overlap_check(
+                        "ownedRanges",
+                        spec.partitioner(),
+                        &rs,
+                    ));
+                }
+            }
         }
+        v
     }
 
     fn ttl_seconds_after_finished(&self) -> Option<i64> {

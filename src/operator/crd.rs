@@ -371,7 +371,8 @@ pub struct RangeStreamSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// Condition type: Accepted, Running, Retrying, Planned, Complete, Failed.
+    /// Condition type: Running, Waiting, Failed, Retrying, Complete, Planned, Accepted,
+    /// AwaitingRestart.
     #[serde(rename = "type")]
     pub type_: String,
     /// True, False or Unknown.

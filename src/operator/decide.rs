@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::core::Kind;
 use super::crd::{AnticompactionJobSpec, JobStatus, RangeStreamSpec};
+use super::schema::SpecProblem;
 use super::status;
 use crate::reason::{Failure, Reason};
 use crate::split::spec::{RepairSession, RepairedRanges};
@@ -56,62 +57,182 @@ pub fn now_rfc3339() -> String {
         .unwrap_or_else(|_| now.to_string())
 }
 
-/// The spec checks no file is needed for (tokens are parsed once the sstables' partitioner is
+/// The spec checks no file is needed for, every problem at once (tokens are parsed in the
+/// notation of `spec.partitioner` here, and again once the sstables' own partitioner is
 /// known, by `validate_ranges`).
-pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), Failure> {
-    let bad = |reason: Reason, msg: String| Err(Failure::new(reason, msg));
+pub fn job_checks(spec: &AnticompactionJobSpec) -> Vec<SpecProblem> {
+    let mut v = Vec::new();
     if spec.node_name.trim().is_empty() {
-        return bad(Reason::InvalidSpec, "spec.nodeName is empty".to_string());
-    }
-    if spec.keyspace.trim().is_empty() || spec.keyspace.contains('/') {
-        return bad(
+        v.push(SpecProblem::new(
+            "spec.nodeName",
             Reason::InvalidSpec,
-            format!("spec.keyspace {:?} is not a keyspace name", spec.keyspace),
-        );
+            "is empty",
+        ));
     }
-    if let Some(t) = spec.tables.iter().find(|t| t.is_empty() || t.contains('/')) {
-        return bad(
-            Reason::InvalidSpec,
-            format!("spec.tables: {t:?} is not a table name"),
-        );
-    }
+    v.extend(name_checks(&spec.keyspace, &spec.tables));
     if spec.ranges.is_empty() {
-        return bad(
+        v.push(SpecProblem::new(
+            "spec.ranges",
             Reason::InvalidSpec,
-            "spec.ranges is empty: a repair session covers at least one range".to_string(),
-        );
+            "is empty: a repair session covers at least one range",
+        ));
     }
+    let meta = |field: &str, m: String| SpecProblem::new(field, Reason::InvalidRepairMetadata, m);
     match (spec.repaired_at, &spec.pending_repair) {
-        (Some(_), Some(_)) | (None, None) => return bad(Reason::InvalidRepairMetadata, "exactly one of spec.repairedAt and spec.pendingRepair must be set".to_string()),
-        (Some(ms), None) if ms <= 0 => return bad(Reason::InvalidRepairMetadata, format!("spec.repairedAt {ms}: expected milliseconds since the epoch")),
-        (Some(_), None) if !spec.transient_ranges.is_empty() => {
-            return bad(Reason::InvalidRepairMetadata, "spec.transientRanges needs spec.pendingRepair: transient data is never marked repaired".to_string())
+        (Some(_), Some(_)) | (None, None) => v.push(
+            meta(
+                "spec",
+                "exactly one of spec.repairedAt and spec.pendingRepair must be set".to_string(),
+            )
+            .about(&["spec.repairedAt", "spec.pendingRepair"]),
+        ),
+        (Some(ms), None) if ms <= 0 => v.push(meta(
+            "spec.repairedAt",
+            format!("{ms}: expected milliseconds since the epoch"),
+        )),
+        (Some(_), None) if !spec.transient_ranges.is_empty() => v.push(meta(
+            "spec.transientRanges",
+            "needs spec.pendingRepair: transient data is never marked repaired".to_string(),
+        )),
+        (None, Some(u)) if uuid::Uuid::parse_str(u).is_err() => {
+            v.push(meta("spec.pendingRepair", format!("{u:?} is not a UUID")))
         }
-        (None, Some(u)) if uuid::Uuid::parse_str(u).is_err() => return bad(Reason::InvalidRepairMetadata, format!("spec.pendingRepair {u:?} is not a UUID")),
         _ => {}
     }
-    check_parallelism(spec.parallelism)?;
-    if let Some(t) = spec.ttl_seconds_after_finished {
-        if t < 0 {
-            return bad(
-                Reason::InvalidSpec,
-                format!("spec.ttlSecondsAfterFinished {t} is negative"),
-            );
+    v.extend(parallelism_check(spec.parallelism));
+    if let Some(t) = spec.ttl_seconds_after_finished.filter(|t| *t < 0) {
+        v.push(SpecProblem::new(
+            "spec.ttlSecondsAfterFinished",
+            Reason::InvalidSpec,
+            format!("{t} is negative"),
+        ));
+    }
+    v.extend(rate_check(spec.max_bytes_per_second));
+    v.extend(target_check(spec.target_cassandra.as_deref()));
+    let (full, mut bad) = token_checks("ranges", &spec.ranges, spec.partitioner);
+    let (transient, bad_t) =
+        token_checks("transientRanges", &spec.transient_ranges, spec.partitioner);
+    bad.extend(bad_t);
+    v.extend(bad);
+    let p = spec.partitioner();
+    if let (Some(full), Some(transient)) = (full, transient) {
+        // Transient ranges without a pending session are refused above already.
+        let transient = if spec.pending_repair.is_some() {
+            transient
+        } else {
+            Vec::new()
+        };
+        v.extend(overlap_check("ranges", p, &full));
+        v.extend(overlap_check("transientRanges", p, &transient));
+        if let Some((f, t)) = crate::split::spec::overlapping_across(p, &full, &transient) {
+            v.push(SpecProblem::new(
+                "spec.transientRanges",
+                Reason::InvalidRange,
+                format!(
+                    "({}, {}] overlaps the full range ({}, {}]: a token is either fully or transiently replicated",
+                    t.left, t.right, f.left, f.right
+                ),
+            ));
         }
     }
-    Ok(())
+    v
+}
+
+/// [`job_checks`]' first problem as a failure (the unit tests' and older callers' form).
+pub fn validate_spec(spec: &AnticompactionJobSpec) -> Result<(), Failure> {
+    match super::schema::failure_of(&job_checks(spec)) {
+        Some(f) => Err(f),
+        None => Ok(()),
+    }
+}
+
+/// `spec.keyspace` and `spec.tables` become directory names.
+pub fn name_checks(keyspace: &str, tables: &[String]) -> Vec<SpecProblem> {
+    let mut v = Vec::new();
+    if keyspace.trim().is_empty() || keyspace.contains('/') {
+        v.push(SpecProblem::new(
+            "spec.keyspace",
+            Reason::InvalidSpec,
+            format!("{keyspace:?} is not a keyspace name"),
+        ));
+    }
+    for (i, t) in tables.iter().enumerate() {
+        if t.trim().is_empty() || t.contains('/') {
+            v.push(SpecProblem::new(
+                format!("spec.tables[{i}]"),
+                Reason::InvalidSpec,
+                format!("{t:?} is not a table name"),
+            ));
+        }
+    }
+    v
+}
+
+/// `spec.targetCassandra`, when set, must name a Cassandra release (`4.1`, `5.0.5`): a typo
+/// must not silently mean "unknown".
+pub fn target_check(target: Option<&str>) -> Option<SpecProblem> {
+    let t = target?;
+    crate::sstable::cassandra::TargetCassandra::parse(t)
+        .err()
+        .map(|m| SpecProblem::new("spec.targetCassandra", Reason::InvalidSpec, m))
+}
+
+/// The tokens of `spec.<what>` in the notation of `spec.partitioner` (absent: Murmur3, the
+/// documented default: a 19-digit number above 2^63-1 is `InvalidRange`, docs/crd-reference.md;
+/// a Random cluster says `partitioner: Random`). Every token that does not parse is an
+/// `InvalidRange` problem; the ranges when all parsed.
+pub fn token_checks(
+    what: &str,
+    rs: &[super::crd::TokenRange],
+    partitioner: Option<Partitioner>,
+) -> (Option<Vec<TokenRange>>, Vec<SpecProblem>) {
+    let p = partitioner.unwrap_or(Partitioner::Murmur3);
+    let mut bad = Vec::new();
+    let mut out = Some(Vec::with_capacity(rs.len()));
+    for (i, r) in rs.iter().enumerate() {
+        let mut bounds = Vec::with_capacity(2);
+        for (end, t) in [("start", &r.start), ("end", &r.end)] {
+            match p.parse_token(t) {
+                Ok(t) => bounds.push(t),
+                Err(e) => bad.push(SpecProblem::new(
+                    format!("spec.{what}[{i}].{end}"),
+                    Reason::InvalidRange,
+                    e.to_string(),
+                )),
+            }
+        }
+        match (&mut out, bounds.pop(), bounds.pop()) {
+            (Some(o), Some(h), Some(l)) => o.push(TokenRange::new(l, h)),
+            _ => out = None,
+        }
+    }
+    (out, bad)
+}
+
+/// Two ranges of one list that share a token: `InvalidRange` (no repair session, ring or
+/// stream plan lists such ranges: a typo, or two lists pasted together).
+pub fn overlap_check(what: &str, p: Partitioner, rs: &[TokenRange]) -> Option<SpecProblem> {
+    let (a, b) = crate::split::spec::overlapping(p, rs)?;
+    Some(SpecProblem::new(
+        format!("spec.{what}"),
+        Reason::InvalidRange,
+        format!(
+            "({}, {}] and ({}, {}] overlap: the ranges must be disjoint",
+            a.left, a.right, b.left, b.right
+        ),
+    ))
 }
 
 /// `spec.parallelism`: unset, or at least 1 (the CRD's schema says so to an apiserver; a
 /// local manifest is checked here).
-pub fn check_parallelism(p: Option<u32>) -> Result<(), Failure> {
-    if p == Some(0) {
-        return Err(Failure::new(
+pub fn parallelism_check(p: Option<u32>) -> Option<SpecProblem> {
+    (p == Some(0)).then(|| {
+        SpecProblem::new(
+            "spec.parallelism",
             Reason::InvalidSpec,
-            "spec.parallelism must be at least 1",
-        ));
-    }
-    Ok(())
+            "must be at least 1",
+        )
+    })
 }
 
 /// `spec.<what>` as the engine's ranges in partitioner `p`; a token that does not parse is
@@ -198,60 +319,94 @@ pub fn next<K: Kind>(obj: &K, node: &str, me: &str, now: i64) -> Next {
     lease_holder_wait(status, me, now).unwrap_or(Next::Run)
 }
 
-/// The RangeStream spec checks no file is needed for (tokens parse for some partitioner;
-/// the sstables' own one is applied when they are planned).
-pub fn validate_stream(spec: &RangeStreamSpec) -> Result<(), Failure> {
-    if spec.source_node.is_empty() || spec.destination.node_name.is_empty() {
-        return Err(Failure::new(
-            Reason::InvalidSpec,
-            "spec.sourceNode and spec.destination.nodeName are required",
-        ));
+/// The RangeStream spec checks no file is needed for, every problem at once (tokens in
+/// `spec.partitioner`'s notation when set, else in any partitioner's: the sstables' own one
+/// is applied when they are planned).
+pub fn stream_checks(spec: &RangeStreamSpec) -> Vec<SpecProblem> {
+    let mut v = Vec::new();
+    let bad = |field: &str, m: &str| SpecProblem::new(field, Reason::InvalidSpec, m);
+    if spec.source_node.is_empty() {
+        v.push(bad("spec.sourceNode", "is empty"));
     }
-    if spec.source_node == spec.destination.node_name {
-        return Err(Failure::new(
-            Reason::InvalidSpec,
-            "spec.destination.nodeName is the source node",
-        ));
+    let d = &spec.destination;
+    if d.node_name.is_empty() {
+        v.push(bad("spec.destination.nodeName", "is empty"));
+    } else if spec.source_node == d.node_name {
+        v.push(bad("spec.destination.nodeName", "is the source node"));
     }
-    if spec.destination.endpoint.is_none() && spec.destination.service.is_none() {
-        return Err(Failure::new(
-            Reason::InvalidSpec,
-            "spec.destination needs an endpoint or a service",
-        ));
+    let both = ["spec.destination.endpoint", "spec.destination.service"];
+    match (&d.endpoint, &d.service) {
+        (None, None) => {
+            v.push(bad("spec.destination", "needs an endpoint or a service").about(&both))
+        }
+        (Some(_), Some(_)) => v.push(
+            bad(
+                "spec.destination",
+                "has both endpoint and service: set exactly one",
+            )
+            .about(&both),
+        ),
+        _ => {}
     }
-    if let Some(e) = &spec.destination.endpoint {
+    if let Some(e) = &d.endpoint {
         if e.rsplit_once(':')
             .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
         {
-            return Err(Failure::new(
+            v.push(SpecProblem::new(
+                "spec.destination.endpoint",
                 Reason::InvalidSpec,
-                format!("spec.destination.endpoint {e:?} is not host:port"),
+                format!("{e:?} is not host:port"),
             ));
         }
     }
     if spec.ranges.is_empty() {
-        return Err(Failure::new(Reason::InvalidSpec, "spec.ranges is empty"));
+        v.push(bad("spec.ranges", "is empty"));
     }
     if spec.keyspace.is_empty() {
-        return Err(Failure::new(Reason::InvalidSpec, "spec.keyspace is empty"));
+        v.push(bad("spec.keyspace", "is empty"));
+    } else {
+        v.extend(name_checks(&spec.keyspace, &spec.tables));
+    }
+    v.extend(rate_check(spec.max_bytes_per_second));
+    v.extend(target_check(spec.target_cassandra.as_deref()));
+    if spec.partitioner.is_some() {
+        let (parsed, bad) = token_checks("ranges", &spec.ranges, spec.partitioner);
+        v.extend(bad);
+        if let Some(rs) = parsed {
+            v.extend(overlap_check("ranges", spec.partitioner(), &rs));
+        }
+        return v;
     }
     for (i, r) in spec.ranges.iter().enumerate() {
         // The partitioner is the sstables'; a token must parse for at least one.
         let ok = [
-            crate::sstable::Partitioner::Murmur3,
-            crate::sstable::Partitioner::Random,
-            crate::sstable::Partitioner::ByteOrdered,
+            Partitioner::Murmur3,
+            Partitioner::Random,
+            Partitioner::ByteOrdered,
         ]
         .iter()
         .any(|p| p.parse_token(&r.start).is_ok() && p.parse_token(&r.end).is_ok());
         if !ok {
-            return Err(Failure::new(
+            v.push(SpecProblem::new(
+                format!("spec.ranges[{i}]"),
                 Reason::InvalidRange,
-                format!("spec.ranges[{i}]: ({}, {}] are not tokens", r.start, r.end),
+                format!("({}, {}] are not tokens", r.start, r.end),
             ));
         }
     }
-    Ok(())
+    // Decimal tokens mean the same order in Murmur3 and Random: overlap is decided there.
+    if let (Some(rs), _) = token_checks("ranges", &spec.ranges, Some(Partitioner::Random)) {
+        v.extend(overlap_check("ranges", Partitioner::Random, &rs));
+    }
+    v
+}
+
+/// [`stream_checks`]' problems as a failure.
+pub fn validate_stream(spec: &RangeStreamSpec) -> Result<(), Failure> {
+    match super::schema::failure_of(&stream_checks(spec)) {
+        Some(f) => Err(f),
+        None => Ok(()),
+    }
 }
 
 /// `Wait` while another identity's heartbeat is younger than the lease.
@@ -307,18 +462,32 @@ impl TableClaim {
     }
 }
 
-/// The node label must name the same node as `spec.nodeName`: a mismatch means the job
-/// was routed to this sidecar by mistake (it would never reach the named node's).
+/// The node label must name the same node as the acting node (`spec.nodeName`,
+/// `spec.sourceNode`): a mismatch means the resource was routed to this sidecar by mistake
+/// (it would never reach the named node's).
+pub fn node_label_check(
+    labels: &std::collections::BTreeMap<String, String>,
+    field: &str,
+    node_name: &str,
+) -> Option<SpecProblem> {
+    match labels.get(NODE_LABEL) {
+        Some(l) if *l != node_name => Some(SpecProblem::new(
+            "metadata.labels",
+            Reason::InvalidSpec,
+            format!("label {NODE_LABEL}={l} does not match {field} {node_name:?}"),
+        )),
+        _ => None,
+    }
+}
+
+/// [`node_label_check`] as a failure.
 pub fn check_node_label(
     labels: &std::collections::BTreeMap<String, String>,
     node_name: &str,
 ) -> Result<(), Failure> {
-    match labels.get(NODE_LABEL) {
-        Some(l) if *l != node_name => Err(Failure::new(
-            Reason::InvalidSpec,
-            format!("label {NODE_LABEL}={l} does not match spec.nodeName {node_name:?}"),
-        )),
-        _ => Ok(()),
+    match node_label_check(labels, "spec.nodeName", node_name) {
+        Some(p) => Err(Failure::new(p.reason, p.to_string())),
+        None => Ok(()),
     }
 }
 
@@ -352,53 +521,35 @@ pub fn check_partitioner(
     ))
 }
 
-/// The fields of a spec the schema does not know, as one message (`spec.dryrun is not a
-/// field (did you mean spec.dryRun?)`), or `Ok` when there are none. The CRD keeps unknown
-/// fields so that they reach this check: a misspelt `dryRun` must not make a dry run
-/// real. Fail with `InvalidSpec`.
-pub fn check_unknown_fields(
-    kind: &str,
-    unknown: &[super::crd::UnknownField],
-) -> Result<(), String> {
-    if unknown.is_empty() {
-        return Ok(());
-    }
-    let list: Vec<String> = unknown.iter().map(|u| u.to_string()).collect();
-    Err(format!(
-        "{}; a {kind} refuses fields it does not know instead of ignoring them",
-        list.join("; ")
-    ))
-}
-
-/// What the CRD schema refuses at admission and [`validate_spec`] does not check, for
-/// manifests that reach cleave without an apiserver (`cleave run --local`): unknown fields
-/// and `maxBytesPerSecond: 0` (it would throttle to nothing; unset is unlimited). Fail with
-/// `InvalidSpec`.
+/// What the CRD schema refuses at admission, for manifests that reach cleave without an
+/// apiserver (`cleave run --local`): the schema's own validator (`schema`), every problem in
+/// one message (`spec.dryrun: is not a field (did you mean spec.dryRun?)`).
 pub fn check_schema_rules_job(spec: &AnticompactionJobSpec) -> Result<(), String> {
-    check_unknown_fields("AnticompactionJob", &spec.unknown_fields_explained())?;
-    check_rate(spec.max_bytes_per_second)
+    schema_rules(super::crd::AnticompactionJob::KIND, spec)
 }
 
-/// [`check_schema_rules_job`] for a RangeStream, plus `endpoint` and `service` both set
-/// ([`validate_stream`] refuses neither, the schema refuses both).
+/// [`check_schema_rules_job`] for a RangeStream.
 pub fn check_schema_rules_stream(spec: &RangeStreamSpec) -> Result<(), String> {
-    check_unknown_fields("RangeStream", &spec.unknown_fields_explained())?;
-    check_rate(spec.max_bytes_per_second)?;
-    if spec.destination.endpoint.is_some() && spec.destination.service.is_some() {
-        return Err("spec.destination has both endpoint and service: set exactly one".to_string());
+    schema_rules(super::crd::RangeStream::KIND, spec)
+}
+
+fn schema_rules<T: serde::Serialize>(kind: &str, spec: &T) -> Result<(), String> {
+    let v = serde_json::to_value(spec).map_err(|e| format!("spec: {e}"))?;
+    match super::schema::failure_of(&super::schema::spec_problems(kind, &v)) {
+        Some(f) => Err(f.message),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// `maxBytesPerSecond: 0` refused (it would throttle to nothing; unset is unlimited).
-pub fn check_rate(max_bytes_per_second: Option<u64>) -> Result<(), String> {
-    match max_bytes_per_second {
-        Some(0) => Err(
-            "spec.maxBytesPerSecond is 0: it must be at least 1 (leave it unset for no limit)"
-                .to_string(),
-        ),
-        _ => Ok(()),
-    }
+pub fn rate_check(max_bytes_per_second: Option<u64>) -> Option<SpecProblem> {
+    (max_bytes_per_second == Some(0)).then(|| {
+        SpecProblem::new(
+            "spec.maxBytesPerSecond",
+            Reason::InvalidSpec,
+            "is 0: it must be at least 1 (leave it unset for no limit)",
+        )
+    })
 }
 
 #[cfg(test)]
@@ -572,7 +723,7 @@ mod tests {
         assert!(!j.dry_run, "the typo is not taken for dryRun");
         let e = check_schema_rules_job(&j).unwrap_err();
         assert!(
-            e.contains("spec.dryrun is not a field (did you mean spec.dryRun?)"),
+            e.contains("spec.dryrun: is not a field (did you mean spec.dryRun?)"),
             "{e}"
         );
         assert!(check_schema_rules_job(&spec()).is_ok());
@@ -589,7 +740,7 @@ mod tests {
         .unwrap();
         assert!(check_schema_rules_stream(&s)
             .unwrap_err()
-            .contains("both endpoint and service"));
+            .contains("spec.destination.service: must not be set"));
         let s: RangeStreamSpec = serde_json::from_value(serde_json::json!({
             "sourceNode": "n1", "keyspace": "ks", "ranges": [{"start": "0", "end": "1"}],
             "destination": {"nodeName": "n2", "service": "s", "nodname": "n3"},
@@ -598,7 +749,7 @@ mod tests {
         let e = check_schema_rules_stream(&s).unwrap_err();
         assert!(
             e.contains(
-                "spec.destination.nodname is not a field (did you mean spec.destination.nodeName?)"
+                "spec.destination.nodname: is not a field (did you mean spec.destination.nodeName?)"
             ),
             "{e}"
         );

@@ -161,6 +161,19 @@ pub enum ConditionType {
 }
 
 impl ConditionType {
+    /// Every condition type, in the order the docs list them (tests/docs_agree.rs checks
+    /// docs/operator.md, docs/crd-reference.md and the CRD's description against it).
+    pub const ALL: [ConditionType; 8] = [
+        ConditionType::Running,
+        ConditionType::Waiting,
+        ConditionType::Failed,
+        ConditionType::Retrying,
+        ConditionType::Complete,
+        ConditionType::Planned,
+        ConditionType::Accepted,
+        ConditionType::AwaitingRestart,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ConditionType::Running => "Running",

@@ -38,6 +38,7 @@ use super::crd::{
     StreamSSTableResult, StreamStatus,
 };
 use super::decide::TableClaim;
+use super::schema::SpecProblem;
 use super::status::{self, Event};
 use crate::io::throttle::TokenBucket;
 use crate::reason::Failure;
@@ -255,10 +256,16 @@ impl Kind for RangeStream {
 
     crate::kind_status_and_node!(source_node);
 
-    fn validate(&self) -> Result<(), Failure> {
-        super::decide::check_schema_rules_stream(&self.spec)
-            .map_err(|m| Failure::new(Reason::InvalidSpec, m))?;
-        super::decide::validate_stream(&self.spec)
+    fn checks(&self) -> Vec<SpecProblem> {
+        let mut v: Vec<SpecProblem> = super::decide::node_label_check(
+            self.labels(),
+            "spec.sourceNode",
+            &self.spec.source_node,
+        )
+        .into_iter()
+        .collect();
+        v.extend(super::decide::stream_checks(&self.spec));
+        v
     }
 
     fn rate_limit(&self) -> Option<u64> {

@@ -1,8 +1,9 @@
-//! `cleave validate`: the controller's own checks of a manifest, offline (CI pipelines, every
-//! example the project ships). One entry point, [`validate_manifest`], that calls the checks
-//! the reconcilers run before they act (`decide::validate_spec`, `validate_ranges`,
-//! `check_node_label`, `validate_stream`); it adds no rule of its own beyond "the document
-//! parses as the CRD type", so the CLI and the controller cannot disagree.
+//! `cleave validate`: the controller and the CRD, offline (CI pipelines, every example the
+//! project ships). Per document: the CRD's `openAPIV3Schema` as an apiserver applies it
+//! (`schema`, generic over the generated CRD) and the controller's own checks — the one
+//! function the reconcilers call before they act, `Kind::problems` — so neither the CLI nor
+//! the controller can pass what the other refuses. Every problem of a document is reported,
+//! one per field.
 //!
 //! Documents of other kinds (a CassandraDatacenter, a Secret) are not cleave's: they are
 //! listed as skipped, not judged.
@@ -11,9 +12,8 @@ use serde_json::Value;
 
 use super::core::Kind;
 use super::crd::{AnticompactionJob, CleanupJob, RangeStream};
-use super::decide;
+use super::schema::{self, SpecProblem};
 use crate::reason::Reason;
-use crate::sstable::Partitioner;
 
 /// One problem of one document: the reason the controller would fail it with, the field
 /// path, and the controller's message.
@@ -38,11 +38,22 @@ pub struct Checked {
     pub problems: Vec<Problem>,
 }
 
-/// Every problem the controller would find in `yaml` (one or more documents). Ranges of an
-/// AnticompactionJob are parsed as Murmur3 tokens (Cassandra's default partitioner; the
-/// controller uses the sstables' own, which it only knows on the node).
+/// Every problem the controller would find in `yaml` (one or more documents).
 pub fn validate_manifest(yaml: &str) -> Vec<Problem> {
     check_manifest(yaml).problems
+}
+
+/// The problems of one document of kind `K`: when it parses as `K`, what the controller's
+/// `Kind::problems` says (schema and checks); when it does not (a type error), the schema's
+/// problems, which name the field (serde's error names none).
+fn problems_of<K: Kind>(doc: Value) -> Vec<SpecProblem> {
+    let spec = doc["spec"].clone();
+    let raw = schema::spec_problems(K::KIND, &spec);
+    match serde_json::from_value::<K>(doc) {
+        Ok(obj) => obj.problems_in(&spec),
+        Err(_) if !raw.is_empty() => raw,
+        Err(e) => vec![SpecProblem::new("spec", Reason::InvalidSpec, e.to_string())],
+    }
 }
 
 /// [`validate_manifest`] with what was checked and skipped.
@@ -73,103 +84,40 @@ pub fn check_manifest(yaml: &str) -> Checked {
             out.skipped.push(object);
             continue;
         }
-        let mut problem = |field: &str, reason: Reason, message: String| {
+        let mut problem = |p: SpecProblem| {
             out.problems.push(Problem {
                 document: i,
                 object: object.clone(),
-                reason,
-                field: field.to_string(),
-                message,
+                reason: p.reason,
+                field: p.field,
+                message: p.message,
             })
         };
         if api != "cleave.dev/v1alpha1" {
-            problem(
+            problem(SpecProblem::new(
                 "apiVersion",
                 Reason::InvalidSpec,
                 format!("{api:?}: this cleave serves cleave.dev/v1alpha1"),
-            );
+            ));
             continue;
         }
-        let found = |f: crate::reason::Failure| (field_of(&f.message), f.reason, f.message);
-        match kind.as_str() {
-            "AnticompactionJob" => match serde_json::from_value::<AnticompactionJob>(doc) {
-                Err(e) => problem("spec", Reason::InvalidSpec, e.to_string()),
-                Ok(job) => {
-                    // The core's own validation (what a sidecar runs before it acts), then
-                    // the ranges as Murmur3 tokens (the node knows the sstables' partitioner).
-                    // the ranges only once the spec is valid: one mistake, one problem.
-                    let check = Kind::validate(&job).and_then(|()| {
-                        decide::validate_ranges(
-                            &job.spec,
-                            job.spec.partitioner.unwrap_or(Partitioner::Murmur3),
-                        )
-                        .map(|_| ())
-                    });
-                    if let Err(c) = check {
-                        let (f, r, m) = found(c);
-                        problem(&f, r, m);
-                    }
-                }
-            },
-            "RangeStream" => match serde_json::from_value::<RangeStream>(doc) {
-                Err(e) => problem("spec", Reason::InvalidSpec, e.to_string()),
-                Ok(s) => {
-                    if let Err(c) = Kind::validate(&s) {
-                        let (f, r, m) = found(c);
-                        problem(&f, r, m);
-                    }
-                    let labels = s.metadata.labels.clone().unwrap_or_default();
-                    if let Some(l) = labels.get(decide::NODE_LABEL) {
-                        if *l != s.spec.source_node {
-                            problem(
-                                "metadata.labels",
-                                Reason::InvalidSpec,
-                                format!(
-                                    "label {}={l} does not match spec.sourceNode {:?}",
-                                    decide::NODE_LABEL,
-                                    s.spec.source_node
-                                ),
-                            );
-                        }
-                    }
-                }
-            },
-            "CleanupJob" => match serde_json::from_value::<CleanupJob>(doc) {
-                Err(e) => problem("spec", Reason::InvalidSpec, e.to_string()),
-                Ok(c) => {
-                    if let Err(f) = Kind::validate(&c) {
-                        let (f, r, m) = found(f);
-                        problem(&f, r, m);
-                    }
-                }
-            },
+        let found = match kind.as_str() {
+            "AnticompactionJob" => problems_of::<AnticompactionJob>(doc),
+            "RangeStream" => problems_of::<RangeStream>(doc),
+            "CleanupJob" => problems_of::<CleanupJob>(doc),
             _ => {
-                problem(
+                problem(SpecProblem::new(
                     "kind",
                     Reason::InvalidSpec,
                     format!("{kind:?}: cleave.dev/v1alpha1 has AnticompactionJob, RangeStream and CleanupJob"),
-                );
+                ));
                 continue;
             }
-        }
+        };
+        found.into_iter().for_each(&mut problem);
         out.resources.push(object);
     }
     out
-}
-
-/// The field a controller message names: its first word when it is a path (`spec.x[0].y:`),
-/// `metadata.labels` for the node label, else `spec`.
-fn field_of(message: &str) -> String {
-    if message.starts_with("label ") {
-        return "metadata.labels".into();
-    }
-    let first = message.split_whitespace().next().unwrap_or_default();
-    let first = first.trim_end_matches(':').trim_end_matches(',');
-    if first.starts_with("spec.") {
-        first.to_string()
-    } else {
-        "spec".into()
-    }
 }
 
 #[cfg(test)]
@@ -203,6 +151,14 @@ mod tests {
         assert!(p.iter().any(|p| p.field == "metadata.labels"), "{p:?}");
         let p = validate_manifest("apiVersion: cleave.dev/v1alpha1\nkind: AnticompactionJob\nmetadata: {name: j}\nspec: {}\n");
         assert_eq!(p[0].reason, Reason::InvalidSpec);
-        assert!(p[0].message.contains("missing field"), "{p:?}");
+        assert!(
+            p.iter()
+                .any(|p| (p.field.as_str(), p.message.as_str()) == ("spec.nodeName", "must be set")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter().any(|p| p.field == "spec.keyspace"),
+            "every problem: {p:?}"
+        );
     }
 }

@@ -228,6 +228,25 @@ fn pieces(p: Partitioner, r: &TokenRange) -> [Option<(Token, Option<Token>)>; 2]
     }
 }
 
+/// Two ranges of `ranges` that share a token (a whole-ring range shares every token), for
+/// the operator's checks of a spec before anything runs.
+pub fn overlapping(p: Partitioner, ranges: &[TokenRange]) -> Option<(&TokenRange, &TokenRange)> {
+    let all: Vec<(usize, &TokenRange)> = ranges.iter().map(|r| (0, r)).collect();
+    first_overlap(p, &all, false)
+}
+
+/// A range of `a` and one of `b` that share a token.
+pub fn overlapping_across<'a>(
+    p: Partitioner,
+    a: &'a [TokenRange],
+    b: &'a [TokenRange],
+) -> Option<(&'a TokenRange, &'a TokenRange)> {
+    let all: Vec<(usize, &TokenRange)> = (a.iter().map(|r| (0, r)))
+        .chain(b.iter().map(|r| (1, r)))
+        .collect();
+    first_overlap(p, &all, true)
+}
+
 /// Two ranges of `ranges` (each tagged with its group) that share a token, the one listed
 /// first first; with `across`, only a pair from different groups counts. O(n log n): the
 /// pieces sorted by left bound, each is compared with the furthest-reaching right bound of

@@ -15,6 +15,7 @@ use super::ctx::Ctx;
 use super::store::Store;
 use crate::operator::crd::JobStatus;
 use crate::operator::decide::TableClaim;
+use crate::operator::schema::{self, SpecProblem};
 use crate::reason::Failure;
 
 /// The three accessors every kind writes alike: its status in `.status`, the acting node in
@@ -60,9 +61,38 @@ pub trait Kind:
     /// The node whose sidecar acts on this resource (`spec.nodeName`, `spec.sourceNode`).
     /// Every other sidecar ignores it entirely: no status, no finalizer.
     fn acting_node(&self) -> &str;
-    /// The checks no file is needed for, labels and unknown fields included. An error fails
-    /// the resource before anything runs.
-    fn validate(&self) -> Result<(), Failure>;
+    /// The kind's own checks no file is needed for (labels, tokens, rules across fields the
+    /// schema cannot say): every problem, not only the first.
+    fn checks(&self) -> Vec<SpecProblem>;
+    /// Everything that fails the resource before it runs: the CRD's schema (an apiserver
+    /// enforced it already; a `--local` manifest meets it here) and [`Kind::checks`]. The one
+    /// function the controller and `cleave validate` both call.
+    fn problems(&self) -> Vec<SpecProblem> {
+        let spec = match serde_json::to_value(self) {
+            Ok(mut v) => v["spec"].take(),
+            Err(e) => {
+                return vec![SpecProblem::new(
+                    "spec",
+                    crate::reason::Reason::InvalidSpec,
+                    format!("not serializable: {e}"),
+                )]
+            }
+        };
+        self.problems_in(&spec)
+    }
+    /// [`Kind::problems`] with the schema applied to `spec` as written (`cleave validate`:
+    /// a field the typed spec drops, such as a misspelt key of a range, is still seen).
+    fn problems_in(&self, spec: &serde_json::Value) -> Vec<SpecProblem> {
+        schema::merge(schema::spec_problems(Self::KIND, spec), self.checks())
+    }
+    /// [`Kind::problems`] as the failure of the resource: the first problem's reason, every
+    /// problem in the message.
+    fn validate(&self) -> Result<(), Failure> {
+        match schema::failure_of(&self.problems()) {
+            Some(f) => Err(f),
+            None => Ok(()),
+        }
+    }
     /// Delete the resource this long after it finished.
     fn ttl_seconds_after_finished(&self) -> Option<i64> {
         None
