@@ -105,8 +105,7 @@ fn split_dry_run_json_is_the_plan_and_no_check() {
         assert_eq!(runs[0]["first_token"], c["first_token"]);
         assert_eq!(runs[runs.len() - 1]["last_token"], c["last_token"]);
         let pr = &p["predicted"];
-        predicted +=
-            u(&pr["bytes_shared"]) + u(&pr["bytes_copied"]) + u(&pr["bytes_reencoded"]);
+        predicted += u(&pr["bytes_shared"]) + u(&pr["bytes_copied"]) + u(&pr["bytes_reencoded"]);
         done += u(&c["bytes_shared"]) + u(&c["bytes_copied"]) + u(&c["bytes_reencoded"]);
     }
     for k in ["bytes_shared", "bytes_copied", "bytes_reencoded"] {
@@ -165,7 +164,10 @@ fn cleanup_dry_run_predicts_the_bytes_the_run_reclaims() {
             .iter()
             .map(|(_, b)| b.len() as u64)
             .sum::<u64>();
-    assert_eq!(r, on_disk, "the run's bytes_reclaimed is what left the table");
+    assert_eq!(
+        r, on_disk,
+        "the run's bytes_reclaimed is what left the table"
+    );
 }
 
 #[test]

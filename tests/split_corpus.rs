@@ -112,7 +112,10 @@ fn assert_children_valid(
         all, parent_keys,
         "{what}: children's keys, in order, must be the parent's"
     );
-    let check = report.check.as_ref().expect("a split that wrote reports its check");
+    let check = report
+        .check
+        .as_ref()
+        .expect("a split that wrote reports its check");
     assert!(check.ok);
     assert_eq!(check.parent, check.children);
 }

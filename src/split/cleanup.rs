@@ -331,7 +331,12 @@ fn file_bytes(dir: &Path, d: &Descriptor) -> u64 {
 fn predicted_file_bytes(parent: &Parent, partitions: u64, c: &ChildPlan, policy: &Policy) -> u64 {
     let t = parent.table();
     let data = c.predicted.bytes_shared + c.predicted.bytes_copied + c.predicted.bytes_reencoded;
-    let index: u64 = c.child.runs.iter().map(|r| r.index_end - r.index_start).sum();
+    let index: u64 = c
+        .child
+        .runs
+        .iter()
+        .map(|r| r.index_end - r.index_start)
+        .sum();
     let part = |n: u64, of: u64| -> u64 {
         if of == 0 {
             0

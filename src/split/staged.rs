@@ -259,9 +259,21 @@ pub fn report(
         // Set by `publish`/`pend` once the children are checked; a dry run has none.
         check: None,
         parent_partitions: parent_fp.count,
-        bytes_shared: if dry_run { predicted(plan, |p| p.bytes_shared) } else { 0 },
-        bytes_copied: if dry_run { predicted(plan, |p| p.bytes_copied) } else { 0 },
-        bytes_reencoded: if dry_run { predicted(plan, |p| p.bytes_reencoded) } else { 0 },
+        bytes_shared: if dry_run {
+            predicted(plan, |p| p.bytes_shared)
+        } else {
+            0
+        },
+        bytes_copied: if dry_run {
+            predicted(plan, |p| p.bytes_copied)
+        } else {
+            0
+        },
+        bytes_reencoded: if dry_run {
+            predicted(plan, |p| p.bytes_reencoded)
+        } else {
+            0
+        },
         read_bytes: 0,
         write_bytes: 0,
         plan_seconds: 0.0,
