@@ -129,7 +129,7 @@ fn verdict(s: &Sent) -> serde_json::Value {
     assert!(s.ok, "send failed: {}\n{}", s.stdout, s.stderr);
     let v: serde_json::Value = serde_json::from_str(s.stdout.trim())
         .unwrap_or_else(|e| panic!("{e}: {}\n{}", s.stdout, s.stderr));
-    v[0]["verdict"].clone()
+    v["sent"][0]["verdict"].clone()
 }
 
 /// A generated 1 MiB sstable of its own seed (distinct keys) at `<dir>/<seed>/nb-1-big-*`.

@@ -180,7 +180,7 @@ pub fn run(a: CleanupArgs) -> Result<ExitCode> {
         Err(f) => return Ok(f.print(a.json)),
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        super::json::print(&r, "cleanup")?;
         return Ok(ExitCode::SUCCESS);
     }
     println!(
@@ -213,8 +213,14 @@ pub fn run(a: CleanupArgs) -> Result<ExitCode> {
         }
     }
     println!(
-        "  {} partitions dropped; reclaimed {}; device I/O read {} written {}; {:.2} s",
+        "  {} partitions {}dropped; {} {}; device I/O read {} written {}; {:.2} s",
         r.partitions_dropped,
+        if r.dry_run { "would be " } else { "" },
+        if r.dry_run {
+            "would reclaim (predicted)"
+        } else {
+            "reclaimed"
+        },
         mib(r.bytes_reclaimed),
         mib(r.read_bytes),
         mib(r.write_bytes),

@@ -98,7 +98,7 @@ impl Failed {
 
     pub fn print(&self, json: bool) -> ExitCode {
         if json {
-            println!("{}", serde_json::json!({ "error": self.json() }));
+            super::json::print_error(self.json());
         } else {
             eprintln!("cleave: error[{}]: {}", self.reason, self.message);
         }

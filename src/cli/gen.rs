@@ -76,7 +76,7 @@ pub fn run(a: GenArgs) -> Result<ExitCode> {
         || gen(&a),
         |r| {
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
+                super::json::print(&r, "gen")?;
             } else {
                 println!(
                     "{}: {} partitions, {} rows, {} bytes uncompressed, {} on disk, {:.1} s ({:.0} MB/s)",

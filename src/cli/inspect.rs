@@ -43,7 +43,8 @@ struct KeyInfo {
 #[derive(Serialize)]
 struct Inspection {
     path: PathBuf,
-    version: String,
+    /// The sstable format version (`nb`, `oa`): `version` is the JSON interface's.
+    sstable_version: String,
     format: &'static str,
     generation: String,
     partitioner: String,
@@ -98,7 +99,7 @@ pub fn run(a: InspectArgs) -> Result<ExitCode> {
         || inspect(&a),
         |out| {
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                super::json::print(&out, "inspect")?;
             } else {
                 print_human(&out);
             }
@@ -147,7 +148,7 @@ fn inspect(a: &InspectArgs) -> std::result::Result<Inspection, Failed> {
     let ci = t.compression.as_ref();
     let out = Inspection {
         path: a.path.clone(),
-        version: t.descriptor.version.to_string(),
+        sstable_version: t.descriptor.version.to_string(),
         format: t.descriptor.format.as_str(),
         generation: t.descriptor.id.to_string(),
         partitioner: t.partitioner.class_name().to_string(),
@@ -203,7 +204,7 @@ fn print_human(i: &Inspection) {
     println!("{}", i.path.display());
     println!(
         "  version          {} ({} format), generation {}",
-        i.version, i.format, i.generation
+        i.sstable_version, i.format, i.generation
     );
     println!("  partitioner      {}", i.partitioner);
     match &i.compressor {

@@ -7,6 +7,7 @@ pub mod demo;
 pub mod failure;
 pub mod gen;
 pub mod inspect;
+pub mod json;
 pub mod progress;
 pub mod run;
 pub mod split;

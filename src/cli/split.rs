@@ -269,7 +269,7 @@ pub fn run(mut a: SplitArgs) -> Result<ExitCode> {
         return match split_on_restart(&a) {
             Ok(r) => {
                 if a.json {
-                    println!("{}", serde_json::to_string_pretty(&r)?);
+                    super::json::print(&r, "pend")?;
                 } else {
                     println!(
                         "{}: {} children staged for job {}, published by `cleave apply-pending` before Cassandra's next start",
@@ -290,7 +290,7 @@ pub fn run(mut a: SplitArgs) -> Result<ExitCode> {
     match split(&a) {
         Ok(report) => {
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                super::json::print(&report, "split")?;
             } else {
                 print_human(&report);
             }
@@ -342,10 +342,10 @@ pub fn rewrite(mut a: RewriteArgs) -> Result<ExitCode> {
     };
     if first.unwrap_or(0) == 0 && !a.force {
         if a.json {
-            println!(
-                "{}",
-                serde_json::json!({"path": a.sstable, "rewritten": false, "first_position": first})
-            );
+            super::json::print(
+                &serde_json::json!({"path": a.sstable, "rewritten": false, "first_position": first}),
+                "rewrite",
+            )?;
         } else {
             println!(
                 "{}: the first partition is at position 0: nothing to rewrite",
@@ -565,8 +565,12 @@ fn print_human(r: &SplitReport) {
     if r.dry_run {
         for (i, p) in r.plan.iter().enumerate() {
             let g = p.geometry;
+            let tokens = match (p.child.runs.first(), p.child.runs.last()) {
+                (Some(f), Some(l)) => format!(", tokens {}..{}", f.first_token, l.last_token),
+                _ => String::new(),
+            };
             println!(
-                "  child {i}: {} partitions, {} bytes, layout {:?}{}, predicted shared {} copied {} re-encoded {}{}",
+                "  child {i}: {} partitions{tokens}, {} bytes, layout {:?}{}, predicted shared {} copied {} re-encoded {}{}",
                 p.child.partitions(),
                 p.child.bytes(),
                 p.layout,
@@ -577,6 +581,13 @@ fn print_human(r: &SplitReport) {
                 p.fallback.as_ref().map(|r| format!(" — {r}")).unwrap_or_default()
             );
         }
+        println!(
+            "  predicted: {} partitions; shared {} copied {} re-encoded {}; nothing written or checked",
+            r.parent_partitions,
+            mib(r.bytes_shared),
+            mib(r.bytes_copied),
+            mib(r.bytes_reencoded)
+        );
         return;
     }
     for c in &r.children {
@@ -596,16 +607,18 @@ fn print_human(r: &SplitReport) {
                 .unwrap_or_default()
         );
     }
-    println!(
-        "  check: parent ({}, {:016x}, {:016x}) = children ({}, {:016x}, {:016x}): {}",
-        r.check.parent.count,
-        r.check.parent.xor,
-        r.check.parent.sum,
-        r.check.children.count,
-        r.check.children.xor,
-        r.check.children.sum,
-        if r.check.ok { "ok" } else { "MISMATCH" }
-    );
+    if let Some(c) = &r.check {
+        println!(
+            "  check: parent ({}, {:016x}, {:016x}) = children ({}, {:016x}, {:016x}): {}",
+            c.parent.count,
+            c.parent.xor,
+            c.parent.sum,
+            c.children.count,
+            c.children.xor,
+            c.children.sum,
+            if c.ok { "ok" } else { "MISMATCH" }
+        );
+    }
     println!(
         "  device I/O: read {} written {}",
         mib(r.read_bytes),
@@ -703,7 +716,7 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
             "total": { "partitions": total.count, "keys_xor": format!("{:016x}", total.xor), "keys_sum": format!("{:016x}", total.sum) },
             "ok": all_ok,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        super::json::print(&v, "verify")?;
     } else {
         for v in &out {
             match &v.failed {
@@ -760,7 +773,8 @@ pub fn recover(a: RecoverArgs) -> Result<ExitCode> {
         Err(e) => return Ok(Failed::from(SplitError::from(e)).print(a.json)),
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        // An object, like every other command's: `{"version": 1, "recovered": [...]}`.
+        super::json::print(&r, "recovered")?;
     } else if r.is_empty() {
         println!("{}: no interrupted transaction", a.table_dir.display());
     } else {
@@ -841,7 +855,7 @@ pub fn apply_pending(a: ApplyPendingArgs) -> Result<ExitCode> {
         }
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        super::json::print(&r, "apply")?;
         return Ok(ExitCode::SUCCESS);
     }
     if !r.data_dir_exists {

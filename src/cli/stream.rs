@@ -338,9 +338,8 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
 
 fn fail(e: &StreamError, json: bool) -> ExitCode {
     if json {
-        println!(
-            "{}",
-            serde_json::json!({"error": {"reason": e.reason().as_str(), "message": e.to_string()}})
+        super::json::print_error(
+            serde_json::json!({"reason": e.reason().as_str(), "message": e.to_string()}),
         );
     }
     eprintln!("error[{}]: {e}", e.reason());
@@ -492,7 +491,8 @@ async fn send_all(a: SendArgs) -> Result<ExitCode> {
     }
     bar.finish_and_clear();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        // An object, like every other command's: `{"version": 1, "sent": [...]}`.
+        super::json::print(&reports, "sent")?;
     }
     Ok(ExitCode::SUCCESS)
 }

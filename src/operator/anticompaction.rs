@@ -261,10 +261,12 @@ impl AnticompactionJob {
 
 fn count_sstable(metrics: &Metrics, result: &SSTableResult, report: &crate::split::SplitReport) {
     const KIND: &str = AnticompactionJob::KIND;
+    // A dry run's bytes are the plan's predictions: none was shared, copied or written.
+    let done = |n: u64| if report.dry_run { 0 } else { n };
     for (what, n) in [
-        ("shared", result.bytes_shared),
-        ("copied", result.bytes_copied),
-        ("reencoded", result.bytes_reencoded),
+        ("shared", done(result.bytes_shared)),
+        ("copied", done(result.bytes_copied)),
+        ("reencoded", done(result.bytes_reencoded)),
         ("read", report.read_bytes),
         ("written", report.write_bytes),
     ] {

@@ -19,8 +19,8 @@ use kube::ResourceExt;
 
 use super::core::{lease, now, restart, Ctx, Ended, Kind, Run, Store};
 use super::crd::{
-    CleanupJob, CleanupJobSpec, CleanupVerdict, JobStatus, Maintenance, Ownership, Publish,
-    SSTableResult,
+    CleanupJob, CleanupJobSpec, CleanupVerdict, JobStatus, Maintenance, Ownership, PlannedChild,
+    Publish, SSTableResult,
 };
 use super::decide::{self, TableClaim};
 use super::job::{self, STAGED_DIR};
@@ -411,13 +411,17 @@ impl CleanupJob {
                         bytes_reencoded: s.bytes_reencoded,
                         partitions: s.partitions,
                         verdict: Some(verdict),
+                        planned: s.plan.iter().map(PlannedChild::of).collect(),
                     });
                     st.progress.bytes_shared += s.bytes_shared;
                     st.progress.bytes_copied += s.bytes_copied;
                     st.progress.bytes_reencoded += s.bytes_reencoded;
                     st.progress.partitions += s.partitions;
                 }
-                metrics.cleanup_reclaimed.inc_by(report.bytes_reclaimed);
+                // A dry run's is a prediction: nothing was reclaimed.
+                if !report.dry_run {
+                    metrics.cleanup_reclaimed.inc_by(report.bytes_reclaimed);
+                }
                 st.progress.sstables_done += report.sstables.len() as u64;
                 st.progress.sstables_total = st.progress.sstables_done;
                 st.progress.summary = format!(

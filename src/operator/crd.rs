@@ -436,6 +436,62 @@ pub struct SSTableResult {
     /// CleanupJob only: what became of the sstable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<CleanupVerdict>,
+    /// A dry run (`spec.dryRun`): the children the run would write, as planned. The
+    /// `bytes*` above are then the plan's predictions (their sums), not bytes written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub planned: Vec<PlannedChild>,
+}
+
+/// One child a dry run plans (`status.results[].planned[]`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedChild {
+    /// Token of its first partition.
+    pub first_token: String,
+    /// Token of its last partition.
+    pub last_token: String,
+    /// Partitions of the parent it holds.
+    pub partitions: u64,
+    /// Parent Data.db bytes (uncompressed) its partitions occupy.
+    pub data_bytes: u64,
+    /// Layout planned (aligned, padded, copy, regrid).
+    pub layout: String,
+    /// Anticompaction: full, transient or unrepaired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Predicted bytes shared with the parent by reflink.
+    pub bytes_shared: u64,
+    /// Predicted bytes copied.
+    pub bytes_copied: u64,
+    /// Predicted bytes re-encoded.
+    pub bytes_reencoded: u64,
+}
+
+impl PlannedChild {
+    /// The status's view of one child of the split engine's plan.
+    pub fn of(p: &crate::split::plan::ChildPlan) -> PlannedChild {
+        PlannedChild {
+            first_token: p
+                .child
+                .runs
+                .first()
+                .map(|r| r.first_token.clone())
+                .unwrap_or_default(),
+            last_token: p
+                .child
+                .runs
+                .last()
+                .map(|r| r.last_token.clone())
+                .unwrap_or_default(),
+            partitions: p.child.partitions(),
+            data_bytes: p.child.bytes(),
+            layout: format!("{:?}", p.layout).to_lowercase(),
+            label: p.label.map(|l| l.to_string()),
+            bytes_shared: p.predicted.bytes_shared,
+            bytes_copied: p.predicted.bytes_copied,
+            bytes_reencoded: p.predicted.bytes_reencoded,
+        }
+    }
 }
 
 /// What a cleanup did with one sstable.

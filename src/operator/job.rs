@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::core::Ended;
-use super::crd::{AnticompactionJobSpec, JobStatus, SSTableResult};
+use super::crd::{AnticompactionJobSpec, JobStatus, PlannedChild, SSTableResult};
 use super::decide;
 use crate::io::throttle::TokenBucket;
 use crate::reason::Reason;
@@ -392,8 +392,10 @@ fn split_one(
         bytes_shared: report.bytes_shared,
         bytes_copied: report.bytes_copied,
         bytes_reencoded: report.bytes_reencoded,
-        partitions: report.check.parent.count,
+        partitions: report.parent_partitions,
         verdict: None,
+        // A dry run reports its plan (install guide step 5), its bytes the predictions.
+        planned: report.plan.iter().map(PlannedChild::of).collect(),
     };
     Ok((result, report))
 }
@@ -609,6 +611,7 @@ mod tests {
                 bytes_reencoded: 0,
                 partitions: 1,
                 verdict: None,
+                planned: Vec::new(),
             }],
             ..Default::default()
         };

@@ -148,6 +148,9 @@ pub struct SSTableCleanup {
 pub struct CleanupReport {
     pub table_dir: PathBuf,
     pub dry_run: bool,
+    /// Spelled as the CLI's `--publish` (`replace`, `stage`, `on-restart`), as a split
+    /// report spells it (docs/json.md).
+    #[serde(serialize_with = "Publish::serialize_name")]
     pub publish: Publish,
     /// Where the children went (the table directory for `replace`).
     pub out_dir: PathBuf,
@@ -168,8 +171,10 @@ pub struct CleanupReport {
     pub bytes_copied: u64,
     pub bytes_reencoded: u64,
     /// Apparent bytes of the removed sstables minus those of their children (`replace`;
-    /// 0 for `stage` and a dry run). With reflink the children's shared extents stay
-    /// allocated, so this is also what the filesystem gets back.
+    /// 0 for `stage` and `on-restart`). A dry run of `replace` predicts it: the removed
+    /// sstables' bytes less the planned children's predicted files (within 1% of what the
+    /// run then reclaims, tests/cli_dry_run.rs). With reflink the children's shared extents
+    /// stay allocated, so this is also what the filesystem gets back.
     pub bytes_reclaimed: u64,
     /// `/proc/self/io` read_bytes / write_bytes during the cleanup (device-level).
     pub read_bytes: u64,
@@ -321,6 +326,43 @@ fn file_bytes(dir: &Path, d: &Descriptor) -> u64 {
         .filter_map(|f| std::fs::metadata(f).ok())
         .map(|m| m.len())
         .sum()
+}
+
+/// The apparent bytes of all the files of a planned child, predicted: its Data.db is the
+/// plan's shared + copied + re-encoded bytes; its Index.db the parent's entries of its
+/// runs; Summary.db and Filter.db (per partition) and CompressionInfo.db and CRC.db (per
+/// chunk) the parent's in proportion; Statistics.db and TOC.txt the parent's size (the
+/// same fields); Digest.crc32 only when the policy writes one.
+fn predicted_file_bytes(parent: &Parent, partitions: u64, c: &ChildPlan, policy: &Policy) -> u64 {
+    let t = parent.table();
+    let data = c.predicted.bytes_shared + c.predicted.bytes_copied + c.predicted.bytes_reencoded;
+    let index: u64 = c
+        .child
+        .runs
+        .iter()
+        .map(|r| r.index_end - r.index_start)
+        .sum();
+    let part = |n: u64, of: u64| -> u64 {
+        if of == 0 {
+            0
+        } else {
+            (n as u128 * of as u128 / t.data_file_size.max(1) as u128) as u64
+        }
+    };
+    let keys = partitions.max(1);
+    let mut other = 0u64;
+    for (comp, n) in &t.files {
+        other += match comp {
+            Component::Data | Component::Index => 0,
+            Component::Summary | Component::Filter => {
+                (*n as u128 * c.child.partitions() as u128 / keys as u128) as u64
+            }
+            Component::CompressionInfo | Component::Crc => part(data, *n),
+            Component::Digest if policy.digest == super::plan::DigestPolicy::Off => 0,
+            _ => *n,
+        };
+    }
+    data + index + other
 }
 
 fn uuid_string(b: &[u8; 16]) -> String {
@@ -563,6 +605,22 @@ pub fn cleanup(
         super::space::preflight(&out_dir, predicted, pct)?;
     }
     if opts.dry_run {
+        // What the run would reclaim, by the run's own sum (below): the files of the
+        // sstables it removes less those of the children it writes, predicted.
+        if opts.publish == Publish::Replace {
+            let removed: u64 = planned
+                .iter()
+                .filter(|p| p.verdict != Verdict::Kept)
+                .map(|p| p.result.file_bytes)
+                .sum();
+            let children: u64 = planned
+                .iter()
+                .filter(|p| p.verdict == Verdict::Split)
+                .flat_map(|p| p.plan.children.iter().map(move |c| (p, c)))
+                .map(|(p, c)| predicted_file_bytes(&p.parent, p.plan.partitions, c, &opts.policy))
+                .sum();
+            report.bytes_reclaimed = removed.saturating_sub(children);
+        }
         report.sstables = planned.into_iter().map(|p| p.result).collect();
         return Ok(finish(report, started, io_before));
     }

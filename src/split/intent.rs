@@ -488,8 +488,11 @@ impl Staged<Checked> {
             publish::Publish::OnRestart,
             false,
         );
-        split.check.children = self.children_fp;
-        split.check.ok = true;
+        split.check = Some(super::report::Check {
+            parent: self.parent_fp,
+            children: self.children_fp,
+            ok: true,
+        });
         split.children = std::mem::take(&mut self.reports)
             .into_iter()
             .zip(&self.descs)
@@ -1180,12 +1183,23 @@ fn apply_job(
     }
     let n: usize = intent.parents.iter().map(|p| p.children.len()).sum();
     if opts.dry_run {
+        // The children it would publish, where they are staged now: a run gives them fresh
+        // generations in the table directory as it publishes them (docs/split.md "Publish
+        // on restart").
+        let staged: Vec<PathBuf> = intent
+            .parents
+            .iter()
+            .flat_map(|p| {
+                let dir = job.join(&p.children_dir);
+                p.children.iter().map(move |c| dir.join(&c.data_file))
+            })
+            .collect();
         let o = outcome(
             &intent.operation,
             OutcomeResult::Complete {
                 parents: parents.iter().map(|p| p.to_string()).collect(),
-                children: Vec::new(),
-                by_parent: Vec::new(),
+                by_parent: by_parent(&intent, &staged),
+                children: staged,
             },
         );
         return Ok(JobAction::WouldApply { outcome: o });

@@ -55,7 +55,13 @@ pub struct SplitReport {
     pub reflink: String,
     pub children: Vec<ChildReport>,
     pub plan: Vec<ChildPlan>,
-    pub check: Check,
+    /// The parent's key fingerprint against its children's, after the write. A dry run
+    /// writes and checks nothing: `None` (`null`), never a check that reads as a failure.
+    pub check: Option<Check>,
+    /// The parent's partitions (exact, from the plan; a dry run's too).
+    pub parent_partitions: u64,
+    /// Of the children's Data.db; a dry run's are the plan's predictions (the sum of
+    /// `plan[].predicted`), a run's what was done.
     pub bytes_shared: u64,
     pub bytes_copied: u64,
     pub bytes_reencoded: u64,
@@ -66,7 +72,7 @@ pub struct SplitReport {
     pub plan_seconds: f64,
     pub write_seconds: f64,
     /// What the plan was made from (`summary_samples` or `index_pass`); with
-    /// `summary_samples` a dry run's `check.parent` has the partition count only.
+    /// `summary_samples` the plan has the partition count only, no key fingerprint.
     pub plan_source: Option<PlanSource>,
     /// What publication could not clean up after the children went live (files of the
     /// parent, the log, staging), each with the obstacle; empty on a clean run.

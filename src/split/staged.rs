@@ -211,8 +211,11 @@ impl Staged<Checked> {
             mode,
             false,
         );
-        report.check.children = self.children_fp;
-        report.check.ok = true;
+        report.check = Some(Check {
+            parent: self.parent_fp,
+            children: self.children_fp,
+            ok: true,
+        });
         report.left_behind = published.left_behind;
         report.children = std::mem::take(&mut self.reports)
             .into_iter()
@@ -253,14 +256,24 @@ pub fn report(
         },
         children: Vec::new(),
         plan: plan.to_vec(),
-        check: Check {
-            parent: parent_fp,
-            children: Fingerprint::default(),
-            ok: false,
+        // Set by `publish`/`pend` once the children are checked; a dry run has none.
+        check: None,
+        parent_partitions: parent_fp.count,
+        bytes_shared: if dry_run {
+            predicted(plan, |p| p.bytes_shared)
+        } else {
+            0
         },
-        bytes_shared: 0,
-        bytes_copied: 0,
-        bytes_reencoded: 0,
+        bytes_copied: if dry_run {
+            predicted(plan, |p| p.bytes_copied)
+        } else {
+            0
+        },
+        bytes_reencoded: if dry_run {
+            predicted(plan, |p| p.bytes_reencoded)
+        } else {
+            0
+        },
         read_bytes: 0,
         write_bytes: 0,
         plan_seconds: 0.0,
@@ -269,4 +282,9 @@ pub fn report(
         left_behind: Vec::new(),
         durability: None,
     }
+}
+
+/// A plan's predicted bytes of one kind, over its children.
+fn predicted(plan: &[ChildPlan], kind: fn(&super::plan::Prediction) -> u64) -> u64 {
+    plan.iter().map(|c| kind(&c.predicted)).sum()
 }

@@ -21,10 +21,12 @@ pub struct Sent {
 }
 
 impl Sent {
-    /// The sender's JSON report (one entry per sstable).
+    /// The sender's reports, one per sstable: `sent` of its JSON object (docs/json.md).
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}\n{}", self.stdout, self.stderr))
+        let v: serde_json::Value = serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}\n{}", self.stdout, self.stderr));
+        assert_eq!(v["version"], 1, "{v}");
+        v["sent"].clone()
     }
 }
 
