@@ -59,7 +59,8 @@ fn assert_staged(what: &str, table: &Path, job: &str, parents: &[Vec<u8>], fp: &
             g + 1
         );
     }
-    let staged = table.join("cleave-staged").join(job);
+    // `<table dir>/cleave-staged/<job>/<keyspace>/<table>` (split::import_dir).
+    let staged = table.join("cleave-staged").join(job).join("ks/t");
     let left = names(&staged);
     assert!(
         !left

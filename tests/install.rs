@@ -1611,7 +1611,7 @@ fn rbac_end_to_end(cluster: &Cluster) {
 /// The two examples that run next to a live Cassandra, run for real by the local
 /// reconciler (`cleave run --local`, the same reconciler as on a cluster): the dry run plans
 /// and changes nothing on disk, the staged job completes with children in
-/// `<table>/cleave-staged/<job>/` that the independent checker accepts.
+/// `<table>/cleave-staged/<job>/<keyspace>/<table>/` that the independent checker accepts.
 #[test]
 fn live_path_examples_run_in_local_mode() {
     let node = "cluster1-dc1-default-sts-0";
@@ -1673,7 +1673,7 @@ fn live_path_examples_run_in_local_mode() {
     assert!(!children.is_empty());
     for c in &children {
         assert!(
-            c.starts_with(table.join("cleave-staged/events-repair-stage")),
+            c.starts_with(table.join("cleave-staged/events-repair-stage/ks/events")),
             "{}",
             c.display()
         );

@@ -91,7 +91,7 @@ fn assert_job_done(
             g + 1
         );
     }
-    let staged = dir.join("cleave-staged").join(name);
+    let staged = cleave::split::import_dir::staged_dir(dir, &[name]).unwrap();
     let left = names(&staged);
     assert!(
         !left

@@ -265,7 +265,7 @@ fn operator_end_to_end_on_a_real_apiserver() {
     });
 
     // Deleting a job runs the finalizer: this node's leftovers of it are removed.
-    let leftover = table.join("cleave-staged/j1/.cleave-staging-leftover");
+    let leftover = table.join("cleave-staged/j1/ks/t/.cleave-staging-leftover");
     std::fs::create_dir_all(&leftover).unwrap();
     cluster.ok(&[
         "delete",
@@ -324,7 +324,7 @@ fn operator_end_to_end_on_a_real_apiserver() {
             g + 1
         );
     }
-    let staged = table.join("cleave-staged/j2");
+    let staged = table.join("cleave-staged/j2/ks/t");
     let orphans: Vec<String> = std::fs::read_dir(&staged)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

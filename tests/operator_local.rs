@@ -214,7 +214,7 @@ fn a_dead_workers_job_is_resumed_not_redone() {
     let table = data.join("ks").join(TABLE);
     let first = table.join("nb-1-big-Data.db");
     // The dead worker had finished the first parent and left a staging directory behind.
-    let staged = table.join("cleave-staged/j");
+    let staged = table.join("cleave-staged/j/ks/t");
     std::fs::create_dir_all(staged.join(".cleave-staging-dead")).unwrap();
     std::fs::write(
         staged.join(".cleave-staging-dead/nb-9-big-Data.db"),

@@ -317,7 +317,7 @@ fn live(version: &str) {
         "CREATE KEYSPACE {KS} WITH replication = {{'class': 'SimpleStrategy', \
          'replication_factor': 1}}"
     )];
-    let ops = ["split", "own", "clean", "anti", "miss", "flip", "dp"];
+    let ops = ["split", "own", "clean", "anti", "miss", "flip", "dp", "stg"];
     for f in &FAMILIES {
         ddl.push(create(&format!("p_{}", f.name), f));
         for op in ops {
@@ -550,6 +550,7 @@ fn live(version: &str) {
     );
 
     negative_controls(&node, version, &parents, &parent_rows, &work);
+    staged_layout_is_what_5_0_imports(&node, version, &parents[0], &parent_rows[0], &work);
 
     // 4. OnRestart: children pended beside the running node, placed by apply-pending while it
     // is stopped, read after it starts.
@@ -588,6 +589,75 @@ fn live(version: &str) {
     eprintln!("{version}: done in {:.1}s", t0.elapsed().as_secs_f64());
     drop(node);
     drop(xfs);
+}
+
+/// Where the operator stages (`split::import_dir`): Cassandra 5.0's import parses the
+/// keyspace and table from the two parent directories of each sstable and silently skips
+/// what does not parse. Children staged the way cleave did before
+/// (`<table dir>/cleave-staged/<job>/`, a job name with a `-`) are skipped by 5.x with exit 0
+/// and imported by 4.x; the same children below `…/<job>/<ks>/<table>/` are imported by
+/// every version.
+fn staged_layout_is_what_5_0_imports(
+    node: &Node,
+    version: &str,
+    parent: &Path,
+    parent_rows: &[String],
+    work: &Path,
+) {
+    use cleave::split::import_dir::{importable_by_5_0, staged_dir};
+    let f = &FAMILIES[0];
+    let table = format!("{}_stg", f.name);
+    let table_dir = work
+        .join("stg")
+        .join(KS)
+        .join(format!("{table}-0123456789abcdef0123456789abcdef"));
+    let old = table_dir.join("cleave-staged").join("repair-job-1");
+    std::fs::create_dir_all(&old).unwrap();
+    cleave(&split_args(parent, &old, &["--parts", "2"]));
+    assert_eq!(data_files(&old).len(), 2, "{version}: two children staged");
+    let skips = version.starts_with("5.");
+    assert!(!importable_by_5_0(&old), "the old layout");
+    ok(
+        &format!("{version}: import from {}", old.display()),
+        &node.import(KS, &table, &old),
+    );
+    let (left, got) = (data_files(&old).len(), rows(node, &table, f));
+    eprintln!(
+        "{version}: import from <table dir>/cleave-staged/<job>/ exit 0, {left} of 2 children left there, {} rows",
+        got.len()
+    );
+    if skips {
+        assert!(
+            left == 2 && got.is_empty(),
+            "{version}: 5.0 was seen skipping the old layout (2 left, 0 rows); now {left} left, {} rows:              if 5.x imports it now, split::import_dir's comment is out of date",
+            got.len()
+        );
+        let new = staged_dir(&table_dir, &["repair-job-1"]).unwrap();
+        assert!(importable_by_5_0(&new));
+        std::fs::create_dir_all(&new).unwrap();
+        for e in std::fs::read_dir(&old).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                std::fs::rename(&p, new.join(p.file_name().unwrap())).unwrap();
+            }
+        }
+        ok(
+            &format!("{version}: import from {}", new.display()),
+            &node.import(KS, &table, &new),
+        );
+        assert_eq!(
+            data_files(&new).len(),
+            0,
+            "{version}: imported from the new layout"
+        );
+    } else {
+        assert_eq!(left, 0, "{version}: 4.x imports from any directory");
+    }
+    assert_eq!(
+        rows(node, &table, f),
+        parent_rows,
+        "{version}: SELECT {table} after the staged import"
+    );
 }
 
 /// The oracle can fail: each control below is caught, the way its assertion says.

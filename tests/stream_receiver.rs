@@ -621,7 +621,8 @@ fn no_early_return_keeps_a_concurrency_slot() {
 
 /// Issue 22, defect 4: a symlink at any level of the publish path — `ready`,
 /// `ready/<ks>`, `ready/<ks>/<table>`, `transfers/<id>/sstable`, and under a table
-/// directory `<ks>`, `cleave-staged`, `cleave-staged/<group>`, `…/<group>/<transfer>` — is
+/// directory `<ks>`, `cleave-staged`, `cleave-staged/<group>`, `…/<group>/<transfer>` and the
+/// `<ks>/<table>` below them (`split::import_dir`) — is
 /// refused: the send fails, nothing is written where the link points, nothing published.
 #[test]
 fn a_symlink_at_any_level_of_the_publish_path_is_refused() {
@@ -645,6 +646,16 @@ fn a_symlink_at_any_level_of_the_publish_path_is_refused() {
             "cleave-staged/<group>/<transfer>",
             "import",
             "d:ks/T/cleave-staged/g/a.ks.t.nb-1",
+        ),
+        (
+            "cleave-staged/<group>/<ks>",
+            "staging",
+            "d:ks/T/cleave-staged/g/ks",
+        ),
+        (
+            "cleave-staged/<group>/<transfer>/<ks>/<table>",
+            "import",
+            "d:ks/T/cleave-staged/g/a.ks.t.nb-1/ks/t",
         ),
     ];
     for (i, (what, import, at)) in cases.iter().enumerate() {

@@ -143,6 +143,9 @@ fn run_cleanup(a: &CleanupArgs) -> Result<CleanupReport, Failed> {
     });
     refused.map_err(SplitError::from)?;
     check_table_dir(a)?;
+    if let (PublishArg::Stage, Some(out)) = (a.publish, &a.out) {
+        super::warn_if_5_0_import_skips(out);
+    }
     let p = partitioner(a)?;
     let owned = ranges::to_token_ranges(p, &file.ranges)
         .map_err(|e| Failed::invalid(&a.owned_ranges, format!("--owned-ranges: {e}")))?;

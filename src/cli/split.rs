@@ -470,8 +470,11 @@ fn parent_dir(a: &SplitArgs) -> &std::path::Path {
 fn refuse_before_writing(a: &SplitArgs) -> Result<(), Failed> {
     let table_dir = parent_dir(a);
     let checked = match a.publish {
-        PublishArg::Stage => publish::check_log_path(&a.out)
-            .and_then(|()| publish::check_stage_out(&a.out, table_dir)),
+        PublishArg::Stage => {
+            super::warn_if_5_0_import_skips(&a.out);
+            publish::check_log_path(&a.out)
+                .and_then(|()| publish::check_stage_out(&a.out, table_dir))
+        }
         PublishArg::Replace | PublishArg::OnRestart => {
             publish::check_log_path(table_dir).and_then(|()| publish::check_log_path(&a.out))
         }

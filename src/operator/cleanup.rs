@@ -343,7 +343,7 @@ impl CleanupJob {
                     // The table directory: the engine's default for both.
                     Publish::Replace | Publish::OnRestart => None,
                     Publish::Stage => {
-                        let o = t.join(STAGED_DIR).join(&name);
+                        let o = job::staged_dir(t, &name)?;
                         if o.is_dir() {
                             // A run killed before recording this table: stage it again.
                             std::fs::remove_dir_all(&o)

@@ -110,7 +110,7 @@ pub struct AnticompactionJobSpec {
     /// per-chunk CRCs), `Full` (reads the child).
     #[serde(default)]
     pub digest: DigestPolicy,
-    /// `Stage` (default): children in `<table>/cleave-staged/<job>/`, parents kept, for
+    /// `Stage` (default): children in `<table>/cleave-staged/<job>/<ks>/<table>/`, parents kept, for
     /// `nodetool import --keep-repaired`. `Replace`: children replace their parents atomically (Cassandra
     /// stopped).
     #[serde(default)]
@@ -221,7 +221,7 @@ pub struct CleanupJobSpec {
     )]
     #[schemars(schema_with = "partitioner_field::schema")]
     pub partitioner: Option<Partitioner>,
-    /// `Stage` (default): children of the split sstables in `<table>/cleave-staged/<job>/`,
+    /// `Stage` (default): children of the split sstables in `<table>/cleave-staged/<job>/<ks>/<table>/`,
     /// nothing dropped, for `nodetool import --keep-repaired`. `Replace`: one crash-atomic
     /// transaction per table (Cassandra stopped, or stopped by the window of `maintenance:
     /// ManagementApi`). `OnRestart`: children and the sstables to drop recorded in the

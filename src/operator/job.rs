@@ -19,9 +19,21 @@ use crate::split::{self, Parent, Policy, PublishError, SplitError, SplitReport, 
 use crate::sstable::statistics::Statistics;
 use crate::sstable::{Component, Descriptor, Format};
 
-/// Where a job's staged children go: a subdirectory of the table directory (same
-/// filesystem; not dot-prefixed, which Cassandra would take for a secondary index).
-pub const STAGED_DIR: &str = "cleave-staged";
+pub use crate::split::import_dir::STAGED_DIR;
+
+/// Where a job's staged children go: `<table dir>/cleave-staged/<job>/<keyspace>/<table>`
+/// (`split::import_dir`: the last two names are what Cassandra 5.0's import parses).
+pub fn staged_dir(table_dir: &Path, job: &str) -> Result<PathBuf, Failure> {
+    crate::split::import_dir::staged_dir(table_dir, &[job]).ok_or_else(|| {
+        Failure::new(
+            Reason::InvalidRequest,
+            format!(
+                "{} is not a table directory <keyspace>/<table>[-<id>]: no staging directory for nodetool import",
+                table_dir.display()
+            ),
+        )
+    })
+}
 
 /// Node-wide limits of the sidecar (`cleave run` flags).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +170,7 @@ pub fn find_sstables(
 pub fn recover_leftovers(dirs: &[PathBuf], job: &str) -> Result<(), Failure> {
     for d in dirs {
         publish::recover(d).map_err(|e| Failure::new(e.reason(), e.to_string()))?;
-        let staged = d.join(STAGED_DIR).join(job);
+        let staged = staged_dir(d, job)?;
         if staged.is_dir() {
             // A stage killed mid-publication left a log there: none or all children stay.
             publish::recover(&staged).map_err(|e| Failure::new(e.reason(), e.to_string()))?;
@@ -221,7 +233,7 @@ pub async fn end_on_restart(
 /// it again (Stage never touches parents), so without this its rows would be staged twice.
 /// Each sstable goes TOC.txt first (never a complete-looking partial one), then the
 /// directory is fsynced. A staged child matches a recorded one by its path below the data
-/// directory (`<table dir>/cleave-staged/<job>/<file>`), so a data directory spelt
+/// directory (`<table dir>/cleave-staged/<job>/<ks>/<table>/<file>`), so a data directory spelt
 /// differently in two runs does not count as unrecorded. Returns what it removed.
 pub fn remove_unrecorded_children(
     dirs: &[PathBuf],
@@ -235,11 +247,17 @@ pub fn remove_unrecorded_children(
         .collect();
     let mut removed = Vec::new();
     for d in dirs {
-        let staged = d.join(STAGED_DIR).join(job);
+        let staged = staged_dir(d, job)?;
         let Ok(rd) = std::fs::read_dir(&staged) else {
             continue;
         };
-        let table = d.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        // The path below the data directory: from the keyspace's directory down.
+        let below = d
+            .parent()
+            .and_then(Path::parent)
+            .and_then(|data| staged.strip_prefix(data).ok())
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let fail = |e: std::io::Error, p: &Path| {
             Failure::new(
                 Reason::of_io(&e),
@@ -252,7 +270,7 @@ pub fn remove_unrecorded_children(
                 continue;
             };
             let name = e.file_name().to_string_lossy().to_string();
-            let tail = format!("/{table}/{STAGED_DIR}/{job}/{name}");
+            let tail = format!("/{below}/{name}");
             if recorded.iter().any(|r| r.ends_with(&tail)) {
                 continue;
             }
@@ -337,7 +355,7 @@ fn split_one(
     let out_dir = match spec.publish {
         _ if spec.dry_run => table_dir.clone(),
         Publish::Replace | Publish::OnRestart => table_dir.clone(),
-        Publish::Stage => table_dir.join(STAGED_DIR).join(job_name),
+        Publish::Stage => staged_dir(&table_dir, job_name)?,
     };
     // --out must exist to be locked; a job refused before writing removes what it created.
     let created = !out_dir.exists();
@@ -585,7 +603,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         // The same data directory spelt two ways: the recorded path has a `./` in it.
         let table = tmp.path().join("ks").join("t-0123");
-        let staged = table.join(STAGED_DIR).join("j");
+        let staged = table.join(STAGED_DIR).join("j/ks/t");
+        assert_eq!(staged, staged_dir(&table, "j").unwrap());
         std::fs::create_dir_all(&staged).unwrap();
         for g in [3, 4, 5] {
             for c in ["Data.db", "Index.db", "TOC.txt"] {
@@ -599,7 +618,7 @@ mod tests {
         let recorded = tmp
             .path()
             .join(".")
-            .join("ks/t-0123/cleave-staged/j/nb-3-big-Data.db");
+            .join("ks/t-0123/cleave-staged/j/ks/t/nb-3-big-Data.db");
         let status = JobStatus {
             results: vec![SSTableResult {
                 parent: table.join("nb-1-big-Data.db").to_string_lossy().into(),

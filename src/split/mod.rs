@@ -16,6 +16,7 @@ pub mod error;
 pub mod fallback;
 pub mod guard;
 pub mod head;
+pub mod import_dir;
 pub mod intent;
 pub mod parent;
 pub mod plan;

@@ -51,7 +51,7 @@ pub enum Import {
     /// Leave it in the receiver's `ready/<keyspace>/<table>/` directory.
     #[default]
     None,
-    /// Move it into `<table dir>/cleave-staged/<group>/` for an operator's `nodetool import --keep-repaired`.
+    /// Move it into `<table dir>/cleave-staged/<group>/<ks>/<table>/` for an operator's `nodetool import --keep-repaired`.
     Staging,
     /// As `Staging`, then run the receiver's configured import command on that directory.
     Import,
@@ -73,7 +73,7 @@ pub struct Manifest {
     /// Idempotency key: `<RangeStream uid>.<parent generation>.<child index>` (or any
     /// `[A-Za-z0-9_.-]` string from the CLI). A replay of a published id publishes nothing.
     pub transfer: String,
-    /// Groups children on the receiver (the RangeStream's name): `cleave-staged/<group>/`.
+    /// Groups children on the receiver (the RangeStream's name): `cleave-staged/<group>/<ks>/<table>/`.
     pub group: String,
     pub keyspace: String,
     pub table: String,

@@ -37,6 +37,7 @@ use super::{
     OFFSET_HEADER, PROTOCOL_HEADER,
 };
 use crate::io::at::{self, Dir};
+use crate::split::import_dir::staged_names;
 use crate::sstable::checksum::{ChunkChecksums, Digest};
 use crate::sstable::compression::CompressionInfo;
 use crate::sstable::table::CheckLevel;
@@ -640,16 +641,12 @@ impl Receiver {
                     .join(&m.table),
                 None,
             )),
-            Import::Staging => {
+            Import::Staging | Import::Import => {
                 let t = self.table_dir(m)?;
-                Ok((t.join("cleave-staged").join(&m.group), Some(t)))
-            }
-            Import::Import => {
-                let t = self.table_dir(m)?;
-                Ok((
-                    t.join("cleave-staged").join(&m.group).join(&m.transfer),
-                    Some(t),
-                ))
+                let below = staged_names(&staged_group(m), &m.keyspace, &m.table)
+                    .iter()
+                    .fold(t.clone(), |p, n| p.join(n));
+                Ok((below, Some(t)))
             }
         }
     }
@@ -1237,7 +1234,7 @@ impl Receiver {
 
     /// Opens (creating with `create`) the directory a child of `m` is published into, each
     /// level by descriptor and never through a symlink: `ready/<ks>/<table>` below the
-    /// staging root, `<ks>/<table dir>/cleave-staged/<group>[/<transfer>]` below the data
+    /// staging root, `<ks>/<table dir>/cleave-staged/<group>[/<transfer>]/<ks>/<table>` below the data
     /// directory. A symlink anywhere is refused (400), so nothing lands outside.
     fn open_target(&self, m: &Manifest, create: bool) -> Result<Dir, StreamError> {
         let (path, table) = self.target_dir(m)?;
@@ -1260,15 +1257,11 @@ impl Receiver {
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                let mut names: Vec<&str> = vec![&m.keyspace, &tname];
+                let names: Vec<&str> = vec![&m.keyspace, &tname];
                 let base = Dir::open_configured(data).map_err(io_at(data))?;
                 let t = base.walk(&names, false).map_err(refuse)?;
-                names.clear();
-                names.push("cleave-staged");
-                names.push(&m.group);
-                if m.import == Import::Import {
-                    names.push(&m.transfer);
-                }
+                let group = staged_group(m);
+                let names = staged_names(&group, &m.keyspace, &m.table);
                 t.walk(&names, create).map_err(refuse)
             }
             (Some(_), None) => Err(StreamError::Invalid(format!(
@@ -1471,6 +1464,16 @@ impl Receiver {
         }
         Ok(text.trim().to_string())
     }
+}
+
+/// The group's names between `cleave-staged` and `<keyspace>/<table>`: the group, and for
+/// `Import` the transfer (each transfer's child imported from its own directory).
+fn staged_group(m: &Manifest) -> Vec<&str> {
+    let mut g = vec![m.group.as_str()];
+    if m.import == Import::Import {
+        g.push(&m.transfer);
+    }
+    g
 }
 
 fn content_length(h: &hyper::HeaderMap) -> Option<u64> {
