@@ -162,7 +162,7 @@ fn a_start_that_fails_is_cassandra_start_failed_with_the_data_consistent() {
     let (d, data, table, m) = setup();
     let before = dir_fingerprint(&table);
     let api = StandIn::start(d.path(), &table, &["--start-fails"]);
-    write_job(&m, "w", "  maxDowntimeSeconds: 8\n");
+    write_job(&m, "w", "  maxDowntimeSeconds: 30\n");
     let out = run_timed(&m, &data, &api.url(), &[], FAST);
     assert!(
         out.status.success(),
@@ -278,7 +278,7 @@ fn an_unhealthy_cluster_or_a_budget_too_small_changes_nothing() {
 }
 
 /// `--management-api-start-seconds 3 --management-api-stop-seconds 2`: with 2 parents the
-/// prediction is about 6 s, so a budget of 8 s is accepted.
+/// prediction is about 6 s, so the CRD's least budget (30 s) is accepted.
 const FAST: (&str, &str) = ("3", "2");
 
 fn keys_in(paths: &[PathBuf], ranges: &[(i64, i64)]) -> (u64, u64, u64) {
@@ -386,7 +386,7 @@ fn a_stop_that_fails_after_the_drain_restarts_the_drained_node() {
     let Some(_shared) = corpus_or_skip("maintenance window") else {
         return;
     };
-    let (s, api, _took, unchanged, _d) = faulty_run(&["--stop-fails", "1"], 8);
+    let (s, api, _took, unchanged, _d) = faulty_run(&["--stop-fails", "1"], 30);
     assert_eq!(s["phase"], "Failed", "{s:#?}");
     assert_eq!(s["reason"], "ManagementApiFailed", "{s:#?}");
     assert!(
@@ -414,7 +414,7 @@ fn a_stop_that_lingers_is_awaited_and_cassandra_started_again() {
     let Some(_shared) = corpus_or_skip("maintenance window") else {
         return;
     };
-    let (s, api, _took, unchanged, _d) = faulty_run(&["--stop-lingers", "3"], 8);
+    let (s, api, _took, unchanged, _d) = faulty_run(&["--stop-lingers", "3"], 30);
     assert_eq!(s["phase"], "Failed", "{s:#?}");
     assert_eq!(s["reason"], "CassandraRunning", "{s:#?}");
     assert_eq!(s["window"]["step"], "Ready", "{s:#?}");
@@ -425,29 +425,32 @@ fn a_stop_that_lingers_is_awaited_and_cassandra_started_again() {
     assert!(unchanged, "a refused window changed the table");
 }
 
-/// Item 9: a start answering 500, 500, then 201, each after 2.5 s, with a budget of 8 s.
-/// Before: 3 attempts 5 s apart, readiness probed before the deadline was checked: Complete
-/// after about 17 s down. Now the window ends at the budget, not Complete.
+/// Item 9: a start answering 500, 500, then 201, each after 10 s, with a budget of 30 s (the
+/// CRD's least). Before: 3 attempts 5 s apart, readiness probed before the deadline was
+/// checked: Complete after about 40 s down. Now the window ends at the budget, not Complete.
 #[test]
 fn a_slow_failing_start_keeps_the_window_within_its_budget() {
     let Some(_shared) = corpus_or_skip("maintenance window") else {
         return;
     };
     let (s, _api, took, _unchanged, _d) =
-        faulty_run(&["--start-script", "500:2.5,500:2.5,201:2.5"], 8);
+        faulty_run(&["--start-script", "500:10,500:10,201:10"], 30);
     assert_ne!(s["phase"], "Complete", "{s:#?}");
     assert_eq!(s["reason"], "CassandraStartFailed", "{s:#?}");
-    assert!(took.as_secs_f64() < 8.0 + 4.0, "the window lasted {took:?}");
+    assert!(
+        took.as_secs_f64() < 30.0 + 4.0,
+        "the window lasted {took:?}"
+    );
 }
 
-/// Item 9: a start that never answers, budget 8 s. Before: 3 attempts × 60 s of client
-/// timeout (190 s). Now the window gives up at the budget.
+/// Item 9: a start that never answers, budget 30 s (the CRD's least). Before: 3 attempts ×
+/// 60 s of client timeout (190 s). Now the window gives up at the budget.
 #[test]
 fn a_start_that_never_answers_ends_at_the_budget() {
     let Some(_shared) = corpus_or_skip("maintenance window") else {
         return;
     };
-    let (s, api, took, _unchanged, d) = faulty_run(&["--start-script", "hang:0"], 8);
+    let (s, api, took, _unchanged, d) = faulty_run(&["--start-script", "hang:0"], 30);
     assert_eq!(s["reason"], "CassandraStartFailed", "{s:#?}");
     assert!(
         s["message"]
@@ -456,7 +459,10 @@ fn a_start_that_never_answers_ends_at_the_budget() {
             .contains("maxDowntimeSeconds"),
         "{s:#?}"
     );
-    assert!(took.as_secs_f64() < 8.0 + 4.0, "the window lasted {took:?}");
+    assert!(
+        took.as_secs_f64() < 30.0 + 4.0,
+        "the window lasted {took:?}"
+    );
     a_failed_jobs_open_window_is_closed_by_a_later_sidecar(&d, &api);
 }
 
@@ -486,7 +492,7 @@ fn a_failed_jobs_open_window_is_closed_by_a_later_sidecar(d: &tempfile::TempDir,
     find(&calls, "/api/v0/lifecycle/start", Some(201), 0);
 }
 
-/// Item 9: the budget counts from the drain. A drain taking 8 s of a 10 s budget (start
+/// Item 9: the budget counts from the drain. A drain taking 28 s of a 30 s budget (start
 /// allowance 3 s) leaves no time for the Replace: nothing is replaced (`DowntimeExceeded`)
 /// and Cassandra is restarted. Before: the budget counted from the stop, the drain was
 /// "0 s down" and every parent was replaced (Complete).
@@ -496,13 +502,13 @@ fn the_budget_counts_from_the_drain() {
         return;
     };
     let (s, api, _took, unchanged, _d) =
-        faulty_run(&["--drain-delay", "8", "--ready-after", "0"], 10);
+        faulty_run(&["--drain-delay", "28", "--ready-after", "0"], 30);
     assert_eq!(s["reason"], "DowntimeExceeded", "{s:#?}");
     assert!(unchanged, "a parent was replaced past the deadline");
     assert_eq!(s["window"]["step"], "Ready", "{s:#?}");
     let (drained, ready) = window_times(&s);
     let down = ready.expect("readyAt") - drained.expect("drainedAt");
-    assert!((8..=11).contains(&down), "{down} s from the drain: {s:#?}");
+    assert!((28..=31).contains(&down), "{down} s from the drain: {s:#?}");
     assert!(api.cassandra_ready());
 }
 
@@ -599,7 +605,7 @@ fn a_management_api_outage_after_the_stop_does_not_leave_cassandra_down() {
         &table,
         &["--outage-at-start", "11", "--ready-after", "0"],
     );
-    write_job(&m, "w", "  maxDowntimeSeconds: 20\n");
+    write_job(&m, "w", "  maxDowntimeSeconds: 30\n");
     let out = run_timed(&m, &data, &api.url(), &[], FAST);
     assert!(
         out.status.success(),

@@ -1182,18 +1182,13 @@ mod tests {
                 .iter()
                 .map(|c| c["name"].as_str().unwrap())
                 .collect();
-            assert_eq!(
-                columns,
-                [
-                    "Node",
-                    "Phase",
-                    "Progress",
-                    "Reason",
-                    "Started",
-                    "Completed",
-                    "Age"
-                ]
-            );
+            // What and where (issue 37 item 9), then the common progress columns.
+            let what_where: &[&str] = match crd["spec"]["names"]["kind"].as_str() {
+                Some("RangeStream") => &["Node", "To", "Datacenter", "Keyspace", "Import"],
+                _ => &["Node", "Datacenter", "Keyspace", "Publish"],
+            };
+            let progress = ["Phase", "Progress", "Reason", "Started", "Completed", "Age"];
+            assert_eq!(columns, [what_where, &progress[..]].concat());
         }
         let dest = &crds[1]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
             ["spec"]["properties"]["destination"];
