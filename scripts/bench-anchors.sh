@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # Cassandra's own tools beside cleave, on the same Cassandra-written parent, cold, on an XFS
 # loop mount with reflink (issue 30 deliverable 7; docs/benchmarks.md "Issue 30: Cassandra's
-# sstablesplit and nodetool cleanup beside cleave"):
+# own `sstablesplit` beside `cleave split`"):
 #
 #   scripts/bench-anchors.sh split "1GiB 8GiB" 3    StandaloneSplitter (`sstablesplit`, the
 #                                                   "Existing" row of CASSANDRA-21550's table)
 #                                                   against `cleave split --parts 8 --publish
 #                                                   replace`, ITER runs each, interleaved
-#   scripts/bench-anchors.sh cleanup 1GiB 3         `nodetool cleanup` on the old node of a
-#                                                   two-node loopback cluster after the second
-#                                                   node joined, against `cleave cleanup
-#                                                   --publish on-restart` + `apply-pending`
+#
+# (`nodetool cleanup` against `cleave cleanup` on a two-node loopback cluster, deliverable 7's
+# second half, is not in this script and not measured yet.)
 #
 # The parent: Cassandra 5.0.9's own CQLSSTableWriter (oracle/Oracle.java, family `blob_ck`:
 # pk blob, ck bigint, v text; LZ4, 16 KiB chunks) writes SIZE of content, a live 5.0.9 node

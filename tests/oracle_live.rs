@@ -254,12 +254,12 @@ fn ok(what: &str, out: &std::process::Output) -> String {
     text
 }
 
-/// One imported table: its family, the directory whose children go in, and the rows the
-/// node must then return.
+/// One imported table: its family, the directories whose children go in (none: the stream
+/// receiver imported them itself), and the rows the node must then return.
 struct Case {
     table: String,
     family: usize,
-    children: PathBuf,
+    children: Vec<PathBuf>,
     expected: Vec<String>,
     /// Made for a target that reads through the index (5.0.4, 4.x): children may start with
     /// a dead prefix, which extended verify refuses.
@@ -285,6 +285,77 @@ fn split_args<'a>(parent: &'a Path, out: &'a Path, rest: &[&'a str]) -> Vec<&'a 
     ];
     a.extend(rest.iter().map(|s| OsStr::new(*s)));
     a
+}
+
+/// `cleave stream serve` for a live node: its staging on the node's filesystem (beside, not
+/// inside, the data directory), `--cassandra-version` the node's, and the node's own
+/// `nodetool import --keep-repaired` as the import command. Killed on drop.
+struct RangeStreamReceiver {
+    recv: common::stream::Receiver,
+    auth: Vec<String>,
+}
+
+impl RangeStreamReceiver {
+    fn start(node: &Node, base: &Path, version: &str) -> RangeStreamReceiver {
+        std::fs::create_dir_all(base.join("recv")).unwrap();
+        let (_, auth) = common::stream::token_args(base, "oracle");
+        let data = node.data_dir();
+        // The receiver splits the template on whitespace (`stream::receive`).
+        let import = format!(
+            "{} nodetool {} import --keep-repaired {{keyspace}} {{table}} {{dir}}",
+            cassandra::script().display(),
+            node.dir.display()
+        );
+        let mut args: Vec<&str> = auth.iter().map(String::as_str).collect();
+        args.extend([
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--cassandra-version",
+            version,
+            "--stream-import-command",
+            &import,
+            "--min-free-percent",
+            "1",
+        ]);
+        let recv = common::stream::serve(&base.join("recv/staging"), &args);
+        RangeStreamReceiver { recv, auth }
+    }
+
+    /// `cleave stream send` of `parent`'s range children in MID to `KS.table`, made for
+    /// `version`, imported by the receiver; it must succeed.
+    fn send(&self, parent: &Path, table: &str, version: &str) {
+        let ranges = format!("{}:{}", MID.0, MID.1);
+        let mut args: Vec<&str> = self.auth.iter().map(String::as_str).collect();
+        args.extend([
+            "--keyspace",
+            KS,
+            "--table",
+            table,
+            "--import",
+            "import",
+            "--ranges",
+            &ranges,
+            "--target-cassandra",
+            version,
+            "--transfer-prefix",
+            "oracle",
+            "--group",
+            "oracle",
+        ]);
+        let sent = common::stream::send(self.recv.port, &[parent], &args);
+        assert!(
+            sent.ok,
+            "{version}: stream send to {table}: {}{}",
+            sent.stdout, sent.stderr
+        );
+        let reports = sent.json();
+        let r = &reports[0];
+        assert_eq!(r["verdict"]["import"], "Import", "{r}");
+        eprintln!(
+            "{version}: RangeStream to {table}: {} partitions, {} of {} bytes zero-copy, imported by the receiver",
+            r["verdict"]["partitions"], r["bytesZeroCopy"], r["bytesTotal"]
+        );
+    }
 }
 
 /// The whole matrix on one version's node.
@@ -317,7 +388,9 @@ fn live(version: &str) {
         "CREATE KEYSPACE {KS} WITH replication = {{'class': 'SimpleStrategy', \
          'replication_factor': 1}}"
     )];
-    let ops = ["split", "own", "clean", "anti", "miss", "flip", "dp", "stg"];
+    let ops = [
+        "split", "own", "clean", "anti", "strm", "rw", "miss", "flip", "dp", "stg",
+    ];
     for f in &FAMILIES {
         ddl.push(create(&format!("p_{}", f.name), f));
         for op in ops {
@@ -361,6 +434,10 @@ fn live(version: &str) {
     // 2. cleave makes the children.
     let mid_yaml = write_ranges(&work.join("mid.yaml"), &[MID]);
     let mut cases = Vec::new();
+    // RangeStream's receiver for this node (`cleave stream serve`, a real process over
+    // loopback), which checks each child and runs the node's own `nodetool import
+    // --keep-repaired` on it (`import: Import`).
+    let receiver = RangeStreamReceiver::start(&node, &base, version);
     for (i, f) in FAMILIES.iter().enumerate() {
         let parent = &parents[i];
         let all = parent_rows[i].clone();
@@ -380,7 +457,7 @@ fn live(version: &str) {
         cases.push(Case {
             table: format!("{}_split", f.name),
             family: i,
-            children: d,
+            children: vec![d],
             expected: all.clone(),
             dead_prefix: false,
         });
@@ -404,7 +481,7 @@ fn live(version: &str) {
         cases.push(Case {
             table: format!("{}_own", f.name),
             family: i,
-            children: d,
+            children: vec![d],
             expected: all.clone(),
             dead_prefix: !linear_reader(version),
         });
@@ -425,7 +502,7 @@ fn live(version: &str) {
         cases.push(Case {
             table: format!("{}_anti", f.name),
             family: i,
-            children: d,
+            children: vec![d],
             expected: all.clone(),
             dead_prefix: false,
         });
@@ -447,25 +524,72 @@ fn live(version: &str) {
         cases.push(Case {
             table: format!("{}_clean", f.name),
             family: i,
-            children: d,
+            children: vec![d],
+            expected: mid.clone(),
+            dead_prefix: false,
+        });
+        // RangeStream: the middle half's range children of the parent, made for this node's
+        // version by the sender, checked, staged and imported by the receiver.
+        let table = format!("{}_strm", f.name);
+        receiver.send(parent, &table, version);
+        cases.push(Case {
+            table,
+            family: i,
+            children: Vec::new(),
             expected: mid,
+            dead_prefix: !linear_reader(version),
+        });
+        // Rewrite: children made for a 4.1 target (a dead prefix kept, docs/split.md), each
+        // rewritten from position 0 (`cleave rewrite --force --publish stage`): extended
+        // verify, which refuses a dead prefix, passes them.
+        let src = out("rwsrc");
+        cleave(&split_args(
+            parent,
+            &src,
+            &["--parts", "3", "--target-cassandra", "4.1"],
+        ));
+        let mut dirs = Vec::new();
+        for (n, child) in data_files(&src).iter().enumerate() {
+            let d = out(&format!("rw/{n}"));
+            let r = cleave(&[
+                "rewrite".as_ref(),
+                child.as_os_str(),
+                "--force".as_ref(),
+                "--publish".as_ref(),
+                "stage".as_ref(),
+                "--out".as_ref(),
+                d.as_os_str(),
+                "--json".as_ref(),
+            ]);
+            assert_eq!(r["version"], 1, "{r}");
+            dirs.push(d);
+        }
+        cases.push(Case {
+            table: format!("{}_rw", f.name),
+            family: i,
+            children: dirs,
+            expected: all.clone(),
             dead_prefix: false,
         });
     }
+    drop(receiver);
 
     // 3. The node imports them all, verifies, SELECTs, compacts, SELECTs.
     let mut refused = Vec::new();
     for c in &cases {
-        let log_before = node.log().len();
-        let out = node.import(KS, &c.table, &c.children);
-        if !out.status.success() {
-            refused.push(format!(
-                "{}: {}{}\nnode log:\n{}",
-                c.table,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr),
-                &node.log()[log_before..]
-            ));
+        for dir in &c.children {
+            let log_before = node.log().len();
+            let out = node.import(KS, &c.table, dir);
+            if !out.status.success() {
+                refused.push(format!(
+                    "{} ({}): {}{}\nnode log:\n{}",
+                    c.table,
+                    dir.display(),
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr),
+                    &node.log()[log_before..]
+                ));
+            }
         }
     }
     assert!(

@@ -291,14 +291,39 @@ impl Node {
 
     /// `nodetool import --keep-repaired ks table dir` (Cassandra's own checks: verify,
     /// tokens owned); the output, success or not.
+    ///
+    /// Retried once when Cassandra 4.0 hits its own reopen race: import opens each sstable
+    /// to verify it, releases it (the global tidy is released on another thread,
+    /// `SSTableReader.InstanceTidier`), and opens it again in `getTargetDirectory`, where
+    /// `GlobalTidy.get` can still find the released entry and `Ref.ref()` asserts
+    /// ("AssertionError ... Ref$State.assertNotReleased ... GlobalTidy.get", seen once in
+    /// about a hundred imports on 4.0.19, on a child every other import of the same run
+    /// accepted). Nothing is moved when it fails; docs/testenv.md records it.
     pub fn import(&self, ks: &str, table: &str, dir: &Path) -> Output {
-        self.nodetool(&[
+        let args = [
             "import",
             "--keep-repaired",
             ks,
             table,
             dir.to_str().expect("utf-8 dir"),
-        ])
+        ];
+        let log_before = self.log().len();
+        let out = self.nodetool(&args);
+        let log = self.log();
+        let said = log.get(log_before..).unwrap_or_default();
+        if !out.status.success()
+            && self.version.starts_with("4.0.")
+            && said.contains("assertNotReleased")
+            && said.contains("GlobalTidy.get")
+        {
+            eprintln!(
+                "{}: import of {} hit 4.0's GlobalTidy reopen race; once more",
+                self.version,
+                dir.display()
+            );
+            return self.nodetool(&args);
+        }
+        out
     }
 
     /// `nodetool verify -e -f ks tables...` (extended: every partition read). 4.0's verify has
