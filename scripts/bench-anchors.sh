@@ -8,8 +8,11 @@
 #                                                   against `cleave split --parts 8 --publish
 #                                                   replace`, ITER runs each, interleaved
 #
-# (`nodetool cleanup` against `cleave cleanup` on a two-node loopback cluster, deliverable 7's
-# second half, is not in this script and not measured yet.)
+#   scripts/bench-anchors.sh cleanup 1GiB 3         `nodetool cleanup` on the old node of a
+#                                                   two-node loopback cluster after the second
+#                                                   node joined, against `cleave cleanup
+#                                                   --publish replace` of a reflink copy of the
+#                                                   same table, ITER tables, cold each time
 #
 # The parent: Cassandra 5.0.9's own CQLSSTableWriter (oracle/Oracle.java, family `blob_ck`:
 # pk blob, ck bigint, v text; LZ4, 16 KiB chunks) writes SIZE of content, a live 5.0.9 node
@@ -184,7 +187,97 @@ for size in dict.fromkeys(k[0] for k in rows):
 EOF
 }
 
+# cleanup: node A (token 0) holds ITER tables, each one compacted SIZE sstable of the same rows;
+# node B joins with token 2^63-1, so A owns (-2^63, 0] — about half of each table — and streams
+# the rest to B. `nodetool cleanup oracle <table i>` on A (B up and idle) is timed against
+# `cleave cleanup --owned-ranges (-2^63, 0] --publish replace` of a reflink copy of A's table i
+# (Cassandra's own files, in a table-shaped directory no Cassandra reads), cold each time.
+# nodetool is a JMX client: the work is the node's, so the node's CPU (/proc/PID/stat) and I/O
+# (/proc/PID/io) deltas over the command are reported beside the client's wall.
+node_cpu_io() { # PID -> "cpu_seconds read_bytes write_bytes"
+  python3 -c '
+import os, sys
+pid = sys.argv[1]
+f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+cpu = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+io = dict(l.split(": ") for l in open(f"/proc/{pid}/io").read().splitlines())
+print(cpu, int(io["read_bytes"]), int(io["write_bytes"]))' "$1"
+}
+run_cleanup() {
+  local size=$SIZES bytes partitions gen a b apid i t table_dir copy t0 t1 c0 c1 r0 r1 w0 w1 ranges
+  echo "# $(uname -r), $(nproc) cores, loop $DEV (direct-io) on $(df --output=source "$WORK" | tail -1), Cassandra $V, two nodes"
+  # nodetool's rows: the node's CPU (user+sys) in user_s, `-` for sys_s and peak_rss_mib.
+  printf 'size\ttool\twall_s\tuser_s\tsys_s\tpeak_rss_mib\tread_mib\twritten_mib\tload1\n'
+  bytes=$(bytes_of "$size")
+  partitions=$(( bytes * 2 / (ROWS + 1) / (VALUE_BYTES + 24) ))
+  gen=$MNT/gen
+  log "writing $size of content ($partitions partitions) with CQLSSTableWriter"
+  "$JAVA" "${CLIENT_OPTS[@]}" -cp "$CLASSES:$CP" Oracle write --out "$gen" --family "$FAMILY" \
+    --partitions "$partitions" --rows "$ROWS" --value-bytes "$VALUE_BYTES" --seed 1 >&2
+  a=$MNT/node-a
+  start_node "$a"
+  "$CT" cql "$a" "CREATE KEYSPACE oracle WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}" >/dev/null
+  for i in $(seq "$ITER"); do
+    t=${FAMILY}_$i
+    "$CT" cql "$a" "${TABLE_CQL/oracle.$FAMILY /oracle.$t }" >/dev/null
+    # 5.0's import takes the table from the directory's name (see make_parent).
+    mkdir -p "$MNT/import/$t"
+    cp --reflink=always "$gen"/* "$MNT/import/$t/"
+    "$CT" nodetool "$a" import oracle "$t" "$MNT/import/$t" >&2
+    "$CT" nodetool "$a" compact oracle "$t" >&2
+  done
+  rm -rf "$gen"
+  log "node B joins with token 9223372036854775807 (A keeps (-2^63, 0])"
+  b=$MNT/node-b
+  start_node "$b" --listen 127.0.0.2 --seeds "127.0.0.1:$(env_of "$a" STORAGE_PORT)" \
+    --initial-token 9223372036854775807
+  "$CT" nodetool "$a" status >&2
+  apid=$(env_of "$a" PID)
+  ranges=$WORK/owned.yaml
+  echo '- {start: "-9223372036854775808", end: "0"}' >"$ranges"
+  for i in $(seq "$ITER"); do
+    t=${FAMILY}_$i
+    table_dir=$(ls -d "$(env_of "$a" DATA_DIR)"/oracle/"$t"-*)
+    # cleave's copy first, while A's table still holds the whole parent.
+    copy=$MNT/copy-$i/oracle/$(basename "$table_dir")
+    mkdir -p "$copy"
+    find "$table_dir" -maxdepth 1 -type f -exec cp --reflink=always {} "$copy/" \;
+    log "table $t: $(ls "$table_dir"/*-Data.db | wc -l) sstable(s), Data.db $(cat "$table_dir"/*-Data.db | wc -c) bytes"
+    cold
+    printf '%s\t' "$size" | tee -a "$TSV"
+    timed cleave "$CLEAVE" cleanup "$copy" --owned-ranges "$ranges" --publish replace
+    log "cleave left $(ls "$copy"/*-Data.db | wc -l) sstable(s), $(cat "$copy"/*-Data.db | wc -c) bytes of Data.db"
+    cold
+    read -r c0 r0 w0 <<<"$(node_cpu_io "$apid")"
+    t0=$(date +%s.%N)
+    "$CT" nodetool "$a" cleanup oracle "$t" >&2
+    t1=$(date +%s.%N)
+    read -r c1 r1 w1 <<<"$(node_cpu_io "$apid")"
+    python3 -c 'import sys; s,t0,t1,c0,c1,r0,r1,w0,w1,ld=sys.argv[1:]; print(f"{s}\tnodetool-cleanup\t{float(t1)-float(t0):.2f}\t{float(c1)-float(c0):.2f}\t-\t-\t{(int(r1)-int(r0))/2**20:.1f}\t{(int(w1)-int(w0))/2**20:.1f}\t{ld}")' \
+      "$size" "$t0" "$t1" "$c0" "$c1" "$r0" "$r1" "$w0" "$w1" "$(load1)" | tee -a "$TSV"
+    log "nodetool cleanup left $(ls "$table_dir"/*-Data.db | wc -l) sstable(s), $(cat "$table_dir"/*-Data.db | wc -c) bytes of Data.db"
+  done
+  echo
+  echo "# medians (and the nodetool-cleanup/cleave ratio of medians; nodetool's CPU and I/O are the node's)"
+  python3 - "$TSV" <<'EOF'
+import sys, statistics as st
+rows = {}
+for line in open(sys.argv[1]):
+    f = line.rstrip('\n').split('\t')
+    if len(f) < 9: continue
+    sys_s = 0.0 if f[4] == '-' else float(f[4])
+    rows.setdefault(f[1], []).append([float(f[2]), float(f[3]) + sys_s, float(f[6]), float(f[7])])
+names = ['wall_s', 'cpu_s', 'read_mib', 'written_mib']
+med = {k: [st.median(x[i] for x in r) for i in range(4)] for k, r in rows.items()}
+for k, m in med.items():
+    print(k, ' '.join(f'{n}={v:.3f}' for n, v in zip(names, m)))
+if len(med) == 2:
+    a, b = med['nodetool-cleanup'], med['cleave']
+    print('ratio', ' '.join(f'{n}={x / y:.1f}x' if y else f'{n}=inf' for n, x, y in zip(names, a, b)))
+EOF
+}
 case $MODE in
   split) run_split ;;
-  *) echo "usage: $0 split SIZES ITER" >&2; exit 2 ;;
+  cleanup) run_cleanup ;;
+  *) echo "usage: $0 split|cleanup SIZES ITER" >&2; exit 2 ;;
 esac
