@@ -1,7 +1,8 @@
 //! `CleanupJob` through the sidecar, in local mode (`cleave run --local`) and on the real
 //! apiserver (`scripts/k8s-testenv.sh`): explicit `ownedRanges`, and `ownership:
 //! ManagementApi` against the management API stand-in (`tests/common/mgmt.rs`, every
-//! exchange checked against the agent's OpenAPI document), give the same live keys: exactly
+//! exchange checked against the agent's OpenAPI document; the ring read while Cassandra
+//! runs, then a maintenance window for the Replace), give the same live keys: exactly
 //! the parents' keys inside the owned ranges, judged by `sstcheck.py` (`SSTCHECK_RANGES`); a
 //! ring with a joining peer is `RingChanging` and changes nothing.
 
@@ -133,15 +134,16 @@ fn explicit_ranges_and_the_nodes_ring_give_the_same_owned_keys() {
     assert!(want.0 < all.0, "and some keys are not owned");
     let ring = d.path().join("ring.json");
     std::fs::write(&ring, ring_json(false)).unwrap();
-    let api = StandIn::start(
-        d.path(),
-        &table_b,
-        &["--cassandra-stopped", "--ring", ring.to_str().unwrap()],
-    );
+    let api = StandIn::start(d.path(), &table_b, &["--ring", ring.to_str().unwrap()]);
     let m = d.path().join("manifests");
     std::fs::create_dir(&m).unwrap();
     job(&m, "explicit", &data_a, &owned_ranges_yaml(&owned));
-    job(&m, "ring", &data_b, "  ownership: ManagementApi\n");
+    job(
+        &m,
+        "ring",
+        &data_b,
+        "  ownership: ManagementApi\n  maintenance: ManagementApi\n",
+    );
     let out = run_once(&m, Some(&api.url()));
     assert!(
         out.status.success(),
@@ -166,16 +168,17 @@ fn explicit_ranges_and_the_nodes_ring_give_the_same_owned_keys() {
         );
         assert_eq!(fingerprint(&shared, &live, &[]), want, "{name}: live keys");
     }
+    // In a window the ring is read while Cassandra runs, before the drain (a stopped
+    // Cassandra answers no ring query); the re-read before publishing is OnRestart's
+    // (`on_the_real_apiserver_an_on_restart_cleanup_waits_for_the_restart_then_completes`).
     let calls = api.calls();
+    let at = |path: &str| calls.iter().position(|c| c["path"] == path);
+    let drain = at("/api/v0/ops/node/drain").expect("the window drained");
     for path in [
         "/api/v0/metadata/endpoints",
         "/api/v2/tokens/rangetoendpoint",
     ] {
-        // Read before the cleanup and again just before publishing.
-        assert!(
-            calls.iter().filter(|c| c["path"] == path).count() >= 2,
-            "{path}: {calls:#?}"
-        );
+        assert!(at(path).is_some_and(|i| i < drain), "{path}: {calls:#?}");
     }
 }
 
@@ -188,16 +191,17 @@ fn a_ring_with_a_joining_peer_is_ring_changing_and_changes_nothing() {
     let (data, table) = setup(d.path(), "a");
     let ring = d.path().join("ring.json");
     std::fs::write(&ring, ring_json(true)).unwrap();
-    let api = StandIn::start(
-        d.path(),
-        &table,
-        &["--cassandra-stopped", "--ring", ring.to_str().unwrap()],
-    );
+    let api = StandIn::start(d.path(), &table, &["--ring", ring.to_str().unwrap()]);
     // After the stand-in's start: it adds its own hold file to the table directory.
     let snap = snapshot(&table);
     let m = d.path().join("manifests");
     std::fs::create_dir(&m).unwrap();
-    job(&m, "ring", &data, "  ownership: ManagementApi\n");
+    job(
+        &m,
+        "ring",
+        &data,
+        "  ownership: ManagementApi\n  maintenance: ManagementApi\n",
+    );
     let out = run_once(&m, Some(&api.url()));
     assert!(
         out.status.success(),
@@ -211,7 +215,11 @@ fn a_ring_with_a_joining_peer_is_ring_changing_and_changes_nothing() {
         s["message"].as_str().unwrap().contains("10.0.0.4"),
         "{s:#?}"
     );
-    api.calls();
+    let calls = api.calls();
+    assert!(
+        !calls.iter().any(|c| c["method"] == "POST"),
+        "refused before the window opened (no flush, drain or stop): {calls:#?}"
+    );
     assert_eq!(snapshot(&table), snap, "the table changed");
 }
 
@@ -249,15 +257,15 @@ fn on_the_real_apiserver_explicit_ranges_and_the_ring_agree_and_a_joining_peer_c
     assert!(want.0 > 0, "the owned ranges hold keys");
     let ring = d.path().join("ring.json");
     std::fs::write(&ring, ring_json(false)).unwrap();
-    let api = StandIn::start(
-        d.path(),
-        &table_b,
-        &["--cassandra-stopped", "--ring", ring.to_str().unwrap()],
-    );
+    let api = StandIn::start(d.path(), &table_b, &["--ring", ring.to_str().unwrap()]);
     let url = api.url();
     let sidecar = Sidecar::start_with(&cluster, &data_a, &[], &["--management-api", &url]);
     cluster.apply(&kube_job("explicit", &data_a, &owned_ranges_yaml(&owned)));
-    cluster.apply(&kube_job("ring", &data_b, "  ownership: ManagementApi\n"));
+    cluster.apply(&kube_job(
+        "ring",
+        &data_b,
+        "  ownership: ManagementApi\n  maintenance: ManagementApi\n",
+    ));
     for (name, table) in [("explicit", &table_a), ("ring", &table_b)] {
         let s = ended(&cluster, name);
         assert_eq!(s["phase"], "Complete", "{name}: {s:#?}\n{}", sidecar.log());
@@ -292,18 +300,14 @@ fn on_the_real_apiserver_explicit_ranges_and_the_ring_agree_and_a_joining_peer_c
     let (data_c, table_c) = setup(d.path(), "c");
     let joining = d.path().join("ring-joining.json");
     std::fs::write(&joining, ring_json(true)).unwrap();
-    let api = StandIn::start(
-        d.path(),
-        &table_c,
-        &["--cassandra-stopped", "--ring", joining.to_str().unwrap()],
-    );
+    let api = StandIn::start(d.path(), &table_c, &["--ring", joining.to_str().unwrap()]);
     let snap = snapshot(&table_c);
     let url = api.url();
     let sidecar = Sidecar::start_with(&cluster, &data_c, &[], &["--management-api", &url]);
     cluster.apply(&kube_job(
         "joining",
         &data_c,
-        "  ownership: ManagementApi\n",
+        "  ownership: ManagementApi\n  maintenance: ManagementApi\n",
     ));
     let s = ended(&cluster, "joining");
     assert_eq!(s["phase"], "Failed", "{s:#?}\n{}", sidecar.log());

@@ -1000,6 +1000,15 @@ fn checks() -> Vec<Check> {
             true,
         ),
         c(
+            "cleanup-ring-replace-without-window",
+            C,
+            1,
+            |s| s["maintenance"] = json!("None"),
+            "InvalidSpec",
+            "spec.maintenance",
+            true,
+        ),
+        c(
             "cleanup-token",
             C,
             0,

@@ -67,6 +67,15 @@ impl Kind for CleanupJob {
                 .about(&both),
             ),
             (Ownership::ManagementApi, true) => {
+                // The ring is read from a running Cassandra (the management API asks it over
+                // CQL), and Replace needs it stopped: only a window (cleave reads the ring,
+                // then stops it) or OnRestart can do both.
+                if spec.publish == Publish::Replace && spec.maintenance == Maintenance::None {
+                    v.push(bad(
+                        "spec.maintenance",
+                        "is None with ownership: ManagementApi and publish: Replace, which cannot succeed: the ring is read from a running Cassandra and Replace needs it stopped; set maintenance: ManagementApi (cleave reads the ring, then stops Cassandra) or publish: OnRestart",
+                    ).about(&["spec.ownership", "spec.publish"]));
+                }
                 if spec.partitioner() != Partitioner::Murmur3 {
                     v.push(bad(
                         "spec.ownership",
