@@ -387,8 +387,10 @@ fn live(version: &str) {
         .as_ref()
         .map(|m| m.mount_point.clone())
         .unwrap_or_else(|| tmp.path().to_path_buf());
-    let Some(mut node) = cassandra::require(&test, Node::start(version, &base.join("node"), &[]))
-    else {
+    let Some(mut node) = cassandra::require(
+        &test,
+        Node::start(version, &base.join("node"), &["--unsafe-system"]),
+    ) else {
         return;
     };
     clock.lap("node start");
