@@ -9,6 +9,7 @@
 //   write --out DIR --family F [--partitions N] [--rows R] [--value-bytes V] [--seed S]
 //         [--compression lz4|zstd|snappy|deflate|none] [--chunk-kb K] [--format big|bti]
 //   dump  [--mode linear|index|both] FILE-Data.db...
+//   schema   (each family: name, columns, table options; tab-separated)
 //
 // `dump` prints, per sstable and per pass, a header line `# <pass> <file> <metadata>` and one
 // line per partition: `<token>\t<key hex>\t<key text>\t<body>`, where the body is Cassandra's
@@ -79,6 +80,13 @@ public final class Oracle {
                     break;
                 case "version":
                     System.out.println(FBUtilities.getReleaseVersionString());
+                    break;
+                case "schema":
+                    // The families' tables, for the live oracle's CREATE TABLE (one list:
+                    // `families()`): `<name>\t<columns>\t<options after WITH ...>`.
+                    for (Map.Entry<String, Family> e : families().entrySet()) {
+                        System.out.println(e.getKey() + "\t" + e.getValue().columns + "\t" + e.getValue().extra);
+                    }
                     break;
                 default:
                     usage();

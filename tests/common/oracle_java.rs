@@ -144,6 +144,38 @@ fn private(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// The schema families (oracle/Oracle.java `families()`), one list for the offline and the
+/// live oracle; the `tomb_*` ones need DELETE in CQLSSTableWriter, which 4.0 lacks
+/// (CASSANDRA-14797 is 4.1).
+pub const FAMILIES: [&str; 12] = [
+    "uuid_plain",
+    "timeuuid_ck",
+    "int_ck2desc",
+    "bigint_static",
+    "text_coll",
+    "blob_ck",
+    "text_int",
+    "int_bigint",
+    "tomb_row",
+    "tomb_range",
+    "tomb_partition",
+    "tomb_cell",
+];
+
+/// Codec and chunk size per family, cycling so every codec and chunk size is covered on every
+/// version (the offline matrix's parents; the live oracle imports the same cached ones).
+pub fn write_opts(i: usize) -> WriteOpts {
+    let codecs = ["lz4", "snappy", "deflate", "none", "lz4", "zstd"];
+    let chunks = [4, 16, 64];
+    WriteOpts {
+        partitions: 600,
+        compression: codecs[i % codecs.len()],
+        chunk_kb: chunks[i % chunks.len()],
+        seed: 30 + i as u64,
+        ..WriteOpts::default()
+    }
+}
+
 /// How a parent is written (`Oracle write`'s options).
 #[derive(Clone, Debug)]
 pub struct WriteOpts {
@@ -309,6 +341,26 @@ impl Oracle {
             let _ = std::fs::remove_dir_all(&tmp);
         }
         table
+    }
+
+    /// Each family's table as `Oracle schema` prints it: (name, columns, options after the
+    /// compression), in `families()` order.
+    pub fn schema(&self) -> Vec<(String, String, String)> {
+        let out = self.java().arg("schema").output().unwrap();
+        assert!(
+            out.status.success(),
+            "Oracle schema on {}: {}",
+            self.version,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.splitn(3, '\t').collect();
+                assert_eq!(f.len(), 3, "Oracle schema line {l:?}");
+                (f[0].to_string(), f[1].to_string(), f[2].to_string())
+            })
+            .collect()
     }
 
     /// Reads `files` (Data.db paths) with this version's reader, both passes, in one JVM;
