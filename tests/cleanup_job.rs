@@ -11,7 +11,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::k8s::{control_plane_or_skip, Cluster, Sidecar};
 use common::mgmt::StandIn;
@@ -90,19 +90,11 @@ fn job(m: &Path, name: &str, data: &Path, extra: &str) {
 
 /// `cleave run --local m --once` for node `n1`, with the management API at `api` if any.
 fn run_once(m: &Path, api: Option<&str>) -> Output {
-    let mut c = Command::new(cleave_bin());
-    c.args([
-        "run",
-        "--node",
-        "n1",
-        "--once",
-        "--metrics-addr",
-        "127.0.0.1:0",
-    ]);
+    let mut c = run_local_once(m);
     if let Some(api) = api {
         c.args(["--management-api", api]);
     }
-    c.arg("--local").arg(m).output().unwrap()
+    c.output().unwrap()
 }
 
 /// `spec.ownedRanges` of a manifest: one `{start, end}` line each.

@@ -13,29 +13,17 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::*;
 
 const TABLE: &str = "t-0123456789abcdef0123456789abcdef";
 
 fn sidecar(m: &Path, data: &Path, crash_at: Option<&str>) -> std::process::Output {
-    let mut c = Command::new(cleave_bin());
-    c.args([
-        "run",
-        "--node",
-        "n1",
-        "--once",
-        "--metrics-addr",
-        "127.0.0.1:0",
-        // Not a test of the space pre-flight: a shared disk above 90% would refuse the job.
-        "--min-free-percent",
-        "0",
-        "--local",
-    ])
-    .arg(m)
-    .arg("--data-dir")
-    .arg(data);
+    let mut c = run_local_once(m);
+    // Not a test of the space pre-flight: a shared disk above 90% would refuse the job.
+    c.args(["--min-free-percent", "0"])
+        .arg("--data-dir")
+        .arg(data);
     if let Some(p) = crash_at {
         c.env("CLEAVE_CRASH_AT", p);
     }

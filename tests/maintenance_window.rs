@@ -14,7 +14,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::mgmt::StandIn;
 use common::*;
@@ -52,15 +52,7 @@ fn run_timed(
     env: &[(&str, &str)],
     (start, stop): (&str, &str),
 ) -> Output {
-    Command::new(cleave_bin())
-        .args([
-            "run",
-            "--node",
-            "n1",
-            "--once",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
+    run_local_once(m)
         .args([
             "--management-api",
             api,
@@ -69,8 +61,6 @@ fn run_timed(
             "--management-api-stop-seconds",
             stop,
         ])
-        .arg("--local")
-        .arg(m)
         .arg("--data-dir")
         .arg(data)
         .envs(env.iter().copied())

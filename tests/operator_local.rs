@@ -226,17 +226,7 @@ fn a_dead_workers_job_is_resumed_not_redone() {
         first.display()
     );
     std::fs::write(m.join("j.status.yaml"), st).unwrap();
-    let out = Command::new(cleave_bin())
-        .args([
-            "run",
-            "--node",
-            "n1",
-            "--once",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--local",
-        ])
-        .arg(&m)
+    let out = run_local_once(&m)
         .arg("--data-dir")
         .arg(&data)
         .output()

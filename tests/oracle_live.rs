@@ -854,17 +854,7 @@ fn local_anticompaction_jobs(
         job("acj-pend", 1, &format!("pendingRepair: {PENDING}")),
     )
     .unwrap();
-    let out = std::process::Command::new(cleave_bin())
-        .args([
-            "run",
-            "--node",
-            "n1",
-            "--once",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--local",
-        ])
-        .arg(&manifests)
+    let out = run_local_once(&manifests)
         .arg("--data-dir")
         .arg(&data)
         .output()

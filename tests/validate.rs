@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::cleave_bin;
+use common::{cleave_bin, run_local_once};
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1112,17 +1112,7 @@ fn every_controller_check_is_reported_by_validate_and_by_the_controller() {
     for c in cases.iter().filter(|c| c.controller) {
         std::fs::write(m.join(format!("{}.yaml", c.name)), check_manifest_text(c)).unwrap();
     }
-    let out = Command::new(cleave_bin())
-        .args([
-            "run",
-            "--node",
-            "n1",
-            "--once",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--local",
-        ])
-        .arg(&m)
+    let out = run_local_once(&m)
         .arg("--data-dir")
         .arg(d.path().join("data"))
         .output()

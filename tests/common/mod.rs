@@ -522,6 +522,24 @@ pub fn eventually(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) 
     }
 }
 
+/// One pass of the local controller as node `n1` over the manifests in `m` (`cleave run
+/// --node n1 --once --metrics-addr 127.0.0.1:0 --local M`; an ephemeral metrics port so
+/// tests run side by side). Callers add `--data-dir`, the management API, the environment.
+pub fn run_local_once(m: &Path) -> Command {
+    let mut c = Command::new(cleave_bin());
+    c.args([
+        "run",
+        "--node",
+        "n1",
+        "--once",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--local",
+    ])
+    .arg(m);
+    c
+}
+
 /// `cleave apply-pending --data-dir DIR --json`, output piped.
 pub fn apply_pending(data_dir: &Path) -> Command {
     let mut c = Command::new(cleave_bin());
