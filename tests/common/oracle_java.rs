@@ -101,23 +101,36 @@ fn compile(version: &str) -> Result<Oracle, String> {
         .split_whitespace()
         .map(String::from)
         .collect();
-    let key = format!("{:016x}", fnv(SOURCE.as_bytes()));
-    let classes = cache_root().join(format!("cassandra/oracle-classes/{version}-{key}"));
-    if !classes.join("Oracle.class").is_file() {
+    let classes = compiled("Oracle", SOURCE, version, &cp)?;
+    Ok(Oracle {
+        version: version.to_string(),
+        java,
+        opts,
+        classpath: format!("{}:{cp}", classes.display()),
+    })
+}
+
+/// `oracle/<class>.java` (text `source`) compiled with `javac --release 11` against a
+/// version's classpath `cp` (so it runs on every line's JVM), cached under
+/// `oracle-classes/<tag>-<hash of the source>`: the directory of its classes.
+pub fn compiled(class: &str, source: &str, tag: &str, cp: &str) -> Result<PathBuf, String> {
+    let key = format!("{:016x}", fnv(source.as_bytes()));
+    let classes = cache_root().join(format!("cassandra/oracle-classes/{tag}-{key}"));
+    if !classes.join(format!("{class}.class")).is_file() {
         // Compiled into a private directory, then renamed: concurrent test binaries never
         // see half a compilation.
         let tmp = private(&classes);
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
         let out = Command::new("javac")
-            .args(["--release", "11", "-nowarn", "-cp", &cp, "-d"])
+            .args(["--release", "11", "-nowarn", "-cp", cp, "-d"])
             .arg(&tmp)
-            .arg(repo().join("oracle/Oracle.java"))
+            .arg(repo().join(format!("oracle/{class}.java")))
             .output()
             .map_err(|e| format!("javac: {e}"))?;
         if !out.status.success() {
             return Err(format!(
-                "javac --release 11 against {cp}: {}",
+                "javac --release 11 {class}.java against {cp}: {}",
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
@@ -126,12 +139,7 @@ fn compile(version: &str) -> Result<Oracle, String> {
             let _ = std::fs::remove_dir_all(&tmp);
         }
     }
-    Ok(Oracle {
-        version: version.to_string(),
-        java,
-        opts,
-        classpath: format!("{}:{cp}", classes.display()),
-    })
+    Ok(classes)
 }
 
 /// A private sibling of `path` for this process and call (threads of one test binary write
