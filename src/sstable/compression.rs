@@ -1124,9 +1124,7 @@ mod tests {
                 assert_ne!(z[4] & 0x04, 0, "{level:?}: no content checksum");
                 assert!(z[4] & 0xe0 != 0, "{level:?}: no content size");
                 let mut back = Vec::new();
-                Codec::Zstd
-                    .decompress(f, 0, &z, 16384, &mut back)
-                    .unwrap();
+                Codec::Zstd.decompress(f, 0, &z, 16384, &mut back).unwrap();
                 assert_eq!(back, data, "{level:?} round {round}");
             }
             sizes.push(z.len());
@@ -1151,7 +1149,9 @@ mod tests {
     #[test]
     fn zstd_corruption_is_an_error() {
         let f = Path::new("/t/nb-1-big-Data.db");
-        let data: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8 ^ (i >> 9) as u8).collect();
+        let data: Vec<u8> = (0..65536u32)
+            .map(|i| (i % 251) as u8 ^ (i >> 9) as u8)
+            .collect();
         let mut z = Vec::new();
         Codec::Zstd.compress(f, &data, &mut z).unwrap();
         let mut out = Vec::new();
@@ -1165,7 +1165,11 @@ mod tests {
                 m.contains("nb-1-big-Data.db") && m.contains("4242") && m.contains("Zstd"),
                 "{what}: {m}"
             );
-            assert!(out.capacity() <= max.max(65536), "{what}: {}", out.capacity());
+            assert!(
+                out.capacity() <= max.max(65536),
+                "{what}: {}",
+                out.capacity()
+            );
         };
         // Past the chunk length: the frame holds 64 KiB, the chunk is 16 KiB.
         check(&z, 16384, &mut out, "oversized frame");
