@@ -8,8 +8,15 @@
 //
 //   write --out DIR --family F [--partitions N] [--rows R] [--value-bytes V] [--seed S]
 //         [--compression lz4|zstd|snappy|deflate|none] [--chunk-kb K] [--format big|bti]
-//   dump  [--mode linear|index|both] FILE-Data.db...
+//         [--sorted true]
+//   dump  [--mode linear|index|both] [--digest true] FILE-Data.db...
 //   schema   (each family: name, columns, table options; tab-separated)
+//
+// `write --sorted true` (families with a one-column key: blob_ck, int_ck2desc) adds the
+// partitions in token order through the writer's `sorted()` mode, which writes as it goes
+// instead of buffering the whole table in the heap: how a parent of hundreds of MiB is made
+// in a 1 GiB JVM as one sstable. Each partition's rows then come from a Random of its own
+// (seed, p), so the content is the same whatever the order.
 //
 // `dump` prints, per sstable and per pass, a header line `# <pass> <file> <metadata>` and one
 // line per partition: `<token>\t<key hex>\t<key text>\t<body>`, where the body is Cassandra's
@@ -17,6 +24,12 @@
 // tombstone markers (timestamps, TTLs and local deletion times included), or `EMPTY` for a
 // partition with nothing in it (cleave's filler partitions are such). Errors go to stderr with
 // exit status 3 and the failing file named, so a test can assert that the reader threw.
+// `--digest true` prints, instead of the partition lines, one line per sstable and pass:
+// `## count=N empty=E min=T max=T sum=S xor=X`, where N counts the non-empty partitions, E the
+// empty ones, T their tokens' range, and S (the sum mod 2^64) and X (the xor) combine the
+// first 8 bytes of the MD5 of each non-empty partition's `<token>\t<key hex>\t<body>`: the
+// same partitions give the same S and X whatever the files they are split into, so a big
+// parent is compared with its children without holding its rows.
 
 import java.io.File;
 import java.lang.reflect.Method;
@@ -76,6 +89,7 @@ public final class Oracle {
                     write(opts);
                     break;
                 case "dump":
+                    digest = "true".equals(opts.get("digest"));
                     dump(opts.getOrDefault("mode", "both"), files);
                     break;
                 case "version":
@@ -289,24 +303,74 @@ public final class Oracle {
                 + compression(o.getOrDefault("compression", "lz4"), Integer.parseInt(o.getOrDefault("chunk-kb", "16")))
                 + fam.extra;
         new File(out).mkdirs();
-        CQLSSTableWriter w = CQLSSTableWriter.builder()
+        boolean sorted = "true".equals(o.get("sorted"));
+        CQLSSTableWriter.Builder b = CQLSSTableWriter.builder()
                 .inDirectory(out)
                 .forTable(create)
-                .using(String.format(fam.statement, table))
-                .withBufferSizeInMB(512)
-                .build();
-        Random rnd = new Random(seed);
+                .using(String.format(fam.statement, table));
+        CQLSSTableWriter w = (sorted ? b.sorted() : b.withBufferSizeInMB(512)).build();
         // Fixed timestamps (microseconds) so the same seed writes the same cells; only local
         // deletion times (now + TTL, or now for a DELETE) depend on the clock.
         long ts = 1_700_000_000_000_000L + seed * 1_000_000L;
-        for (int p = 0; p < partitions; p++) {
-            int n = fam.deletes && name.equals("tomb_partition") ? 1 : 1 + rnd.nextInt(rows);
-            for (int r = 0; r < n; r++) {
-                w.addRow(fam.gen.row(rnd, p, r, ts++));
+        if (sorted) {
+            for (int p : tokenOrder(name, partitions)) {
+                Random rnd = new Random(seed * 0x9E3779B97F4A7C15L + p);
+                int n = 1 + rnd.nextInt(rows);
+                for (int r = 0; r < n; r++) {
+                    w.addRow(fam.gen.row(rnd, p, r, ts++));
+                }
+            }
+        } else {
+            Random rnd = new Random(seed);
+            for (int p = 0; p < partitions; p++) {
+                int n = fam.deletes && name.equals("tomb_partition") ? 1 : 1 + rnd.nextInt(rows);
+                for (int r = 0; r < n; r++) {
+                    w.addRow(fam.gen.row(rnd, p, r, ts++));
+                }
             }
         }
         w.close();
         System.out.println("wrote " + table + " to " + out);
+    }
+
+    /** The partition key of partition `p` as Cassandra serializes it (one-column keys). */
+    static ByteBuffer keyBytes(String family, int p) {
+        switch (family) {
+            case "blob_ck":
+                return blob(new Random(p), 4 + p % 29);
+            case "int_ck2desc":
+                return ByteBufferUtil.bytes(p * 7919);
+            default:
+                throw new IllegalArgumentException("--sorted: family " + family + " is not one of blob_ck, int_ck2desc");
+        }
+    }
+
+    /**
+     * Partitions 0..n-1 in the order the sorted writer needs: by Murmur3 token, then by key
+     * bytes unsigned (DecoratedKey's order); a key drawn twice is written once.
+     */
+    static int[] tokenOrder(String family, int n) {
+        long[] tok = new long[n];
+        ByteBuffer[] key = new ByteBuffer[n];
+        Integer[] idx = new Integer[n];
+        for (int p = 0; p < n; p++) {
+            key[p] = keyBytes(family, p);
+            tok[p] = (Long) org.apache.cassandra.dht.Murmur3Partitioner.instance.getToken(key[p]).getTokenValue();
+            idx[p] = p;
+        }
+        Arrays.sort(idx, (a, c) -> {
+            int t = Long.compare(tok[a], tok[c]);
+            return t != 0 ? t : ByteBufferUtil.compareUnsigned(key[a], key[c]);
+        });
+        int[] order = new int[n];
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            if (m > 0 && key[order[m - 1]].equals(key[idx[i]])) {
+                continue;
+            }
+            order[m++] = idx[i];
+        }
+        return Arrays.copyOf(order, m);
     }
 
     static String req(Map<String, String> o, String k) {
@@ -400,6 +464,7 @@ public final class Oracle {
                         }
                     }
                 }
+                summary();
             }
             if (!mode.equals("linear")) {
                 header("index", f, r);
@@ -408,6 +473,7 @@ public final class Oracle {
                         partition(md, it);
                     }
                 }
+                summary();
             }
         }
     }
@@ -444,9 +510,48 @@ public final class Oracle {
             b.append(us).append(" | ");
             empty = false;
         }
+        String body = empty ? "EMPTY" : b.toString().replace('\n', ' ');
+        if (digest) {
+            long t = (Long) k.getToken().getTokenValue();
+            if (empty) {
+                dEmpty++;
+                return;
+            }
+            byte[] h = md5.digest((k.getToken() + "\t" + ByteBufferUtil.bytesToHex(k.getKey()) + "\t" + body)
+                    .getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            long x = ByteBuffer.wrap(h).getLong();
+            dCount++;
+            dSum += x;
+            dXor ^= x;
+            dMin = Math.min(dMin, t);
+            dMax = Math.max(dMax, t);
+            return;
+        }
         System.out.println(k.getToken() + "\t" + ByteBufferUtil.bytesToHex(k.getKey()) + "\t"
                 + md.partitionKeyType.getString(k.getKey()).replace('\t', ' ').replace('\n', ' ') + "\t"
-                + (empty ? "EMPTY" : b.toString().replace('\n', ' ')));
+                + body);
+    }
+
+    static boolean digest;
+    static final java.security.MessageDigest md5;
+    static {
+        try {
+            md5 = java.security.MessageDigest.getInstance("MD5");
+        } catch (java.security.NoSuchAlgorithmException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
+    static long dCount, dEmpty, dSum, dXor, dMin = Long.MAX_VALUE, dMax = Long.MIN_VALUE;
+
+    /** `--digest`: the summary line of the pass just read, and a fresh one for the next. */
+    static void summary() {
+        if (digest) {
+            System.out.println("## count=" + dCount + " empty=" + dEmpty + " min=" + dMin + " max=" + dMax
+                    + " sum=" + Long.toUnsignedString(dSum) + " xor=" + Long.toUnsignedString(dXor));
+        }
+        dCount = dEmpty = dSum = dXor = 0;
+        dMin = Long.MAX_VALUE;
+        dMax = Long.MIN_VALUE;
     }
 
     // ------------------------------------------------- per-line API differences

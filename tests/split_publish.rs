@@ -265,18 +265,18 @@ fn bad_split_inputs_change_nothing() {
         "UnsupportedSSTable",
     );
     std::fs::remove_file(table.join("nb-1-big-SI_by_val.db")).unwrap();
-    // An unsupported compressor.
+    // A compressor Cassandra does not ship (Zstd is decoded since issue 30).
     let ci = table.join("nb-1-big-CompressionInfo.db");
     let orig = std::fs::read(&ci).unwrap();
     let mut b = orig.clone();
     let name_len = u16::from_be_bytes([b[0], b[1]]) as usize;
-    let mut z = (14u16).to_be_bytes().to_vec();
-    z.extend_from_slice(b"ZstdCompressor");
+    let mut z = (16u16).to_be_bytes().to_vec();
+    z.extend_from_slice(b"BrotliCompressor");
     b.splice(0..2 + name_len, z);
     std::fs::write(&ci, &b).unwrap();
     run(
         &[p, "--out", o, "--parts", "2"],
-        "unsupported compressor ZstdCompressor",
+        "unsupported compressor BrotliCompressor",
         "UnsupportedSSTable",
     );
     std::fs::write(&ci, &orig).unwrap();

@@ -368,7 +368,13 @@ struct Written {
 /// (`CompressedSequentialWriter`).
 pub fn encode_chunk(file: &Path, ci: &CompressionInfo, content: &[u8]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
-    encode_chunk_into(file, ci, content, &mut CodecState::default(), &mut out)?;
+    encode_chunk_into(
+        file,
+        ci,
+        content,
+        &mut CodecState::for_table(file, ci)?,
+        &mut out,
+    )?;
     Ok(out)
 }
 

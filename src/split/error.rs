@@ -43,7 +43,7 @@ pub enum OpenError {
     /// SAI/SASI index the parent's row positions, which children do not keep.
     #[error("{path} has secondary-index component {component}: per-sstable indexes (SAI/SASI) index the parent's row positions and cannot be carried to children; rebuild them after splitting", path = .path.display())]
     SecondaryIndex { path: PathBuf, component: String },
-    #[error("unsupported compressor {compressor} in {path}: cleave re-encodes chunks with LZ4, Snappy, Deflate or Noop", path = .path.display())]
+    #[error("unsupported compressor {compressor} in {path}: cleave re-encodes chunks with LZ4, Snappy, Deflate, Zstd or Noop", path = .path.display())]
     Compressor { path: PathBuf, compressor: String },
     #[error("{path}: {source}", path = .path.display())]
     Io {
@@ -349,7 +349,7 @@ mod tests {
             (
                 OpenError::Compressor {
                     path: p.into(),
-                    compressor: "Zstd".into(),
+                    compressor: "com.example.BrotliCompressor".into(),
                 }
                 .into(),
                 Reason::UnsupportedSSTable,

@@ -60,11 +60,20 @@ impl Parent {
             });
         }
         if let Some(ci) = &table.compression {
-            if matches!(ci.codec(), Codec::Zstd | Codec::Unknown) {
-                return Err(OpenError::Compressor {
-                    path: table.path(&Component::CompressionInfo),
-                    compressor: ci.compressor.clone(),
-                });
+            let info = table.path(&Component::CompressionInfo);
+            match ci.codec() {
+                Codec::Unknown => {
+                    return Err(OpenError::Compressor {
+                        path: info,
+                        compressor: ci.compressor.clone(),
+                    })
+                }
+                // A level ZstdCompressor itself would refuse: the chunks cleave writes
+                // could not be written the way the table's compressor writes them.
+                Codec::Zstd => {
+                    ci.zstd_level(&info)?;
+                }
+                _ => {}
             }
         }
         let crc = table.chunk_checksums()?;

@@ -267,7 +267,7 @@ pub(super) fn chunks(
             reader: reader.try_clone()?,
             content: Vec::with_capacity(l as usize),
             payload: Vec::new(),
-            codec: CodecState::default(),
+            codec: CodecState::for_table(out_path, ci)?,
         };
         let mut batch = Batch::default();
         for b in 0..job.batches() {
@@ -315,7 +315,7 @@ fn parallel(
             reader: reader.try_clone()?,
             content: Vec::with_capacity(job.ci.chunk_length as usize),
             payload: Vec::new(),
-            codec: CodecState::default(),
+            codec: CodecState::for_table(job.out_path, job.ci)?,
         });
     }
     std::thread::scope(|s| {

@@ -507,6 +507,25 @@ impl CompressionInfo {
         Codec::from_class_name(&self.compressor)
     }
 
+    /// The Zstd level this table's chunks are written at: option `compression_level`
+    /// (`ZstdCompressor.getOrDefaultCompressionLevel`), default 3, within
+    /// `Zstd.minCompressionLevel()..=maxCompressionLevel()` (`isValid`).
+    pub fn zstd_level(&self, file: &Path) -> Result<i32> {
+        let Some((_, v)) = self.options.iter().find(|(k, _)| k == "compression_level") else {
+            return Ok(ZSTD_DEFAULT_LEVEL);
+        };
+        let min = zstd::zstd_safe::min_c_level();
+        let max = zstd::zstd_safe::max_c_level();
+        match v.trim().parse::<i32>() {
+            Ok(l) if (min..=max).contains(&l) => Ok(l),
+            _ => Err(FormatError::unsupported(
+                file,
+                None,
+                format!("ZstdCompressor compression_level={v:?} (expected {min}..={max})"),
+            )),
+        }
+    }
+
     /// Whether a stored payload of this length is raw (`na`+: `CompressedChunkReader.Standard
     /// .readChunk` and `Mmap.readChunk` uncompress only when `chunk.length <
     /// maxCompressedLength`, 4.x/5.0 source read in docs/split.md), rather than compressor
@@ -632,11 +651,33 @@ impl Codec {
                 out.extend_from_slice(payload);
             }
             Codec::Zstd => {
-                return Err(FormatError::unsupported(
-                    file,
-                    Some(offset),
-                    "ZstdCompressor chunks (cleave decodes LZ4, Snappy, Deflate and Noop)",
-                ))
+                // ZstdCompressor.uncompress: `Zstd.decompressByteArray` into the chunk
+                // buffer, i.e. `ZSTD_decompressDCtx` (every frame of the payload, the
+                // content checksum verified when the frame has one). Decoding into a
+                // buffer of exactly `max_len` bytes is the bound: a frame that would
+                // write past it fails (`dstSize_tooSmall`) before anything more is
+                // allocated; the context's own state is fixed-size. An empty payload is
+                // no frame at all (ZstdCompressor always writes one), which libzstd would
+                // take for zero bytes.
+                if payload.is_empty() {
+                    return Err(bad("Zstd chunk of 0 bytes holds no frame".into()));
+                }
+                out.resize(max_len, 0);
+                let got = ZSTD_DCTX.with(|d| {
+                    let mut d = d.borrow_mut();
+                    let dctx = d.get_or_insert_with(zstd::zstd_safe::DCtx::create);
+                    dctx.decompress(&mut out[..], payload)
+                });
+                match got {
+                    Ok(n) => out.truncate(n),
+                    Err(code) => {
+                        out.clear();
+                        return Err(bad(format!(
+                            "Zstd chunk does not decompress into at most {max_len} bytes: {}",
+                            zstd::zstd_safe::get_error_name(code)
+                        )));
+                    }
+                }
             }
             Codec::Unknown => {
                 return Err(FormatError::unsupported(
@@ -718,11 +759,44 @@ impl Codec {
                     out.reserve(out.capacity().max(64));
                 }
             }
-            Codec::Zstd | Codec::Unknown => {
+            Codec::Zstd => {
+                // ZstdCompressor.compress: `Zstd.compress(output, input, compressionLevel,
+                // ENABLE_CHECKSUM_FLAG = true)`, one zstd frame (content size in the
+                // header, a content checksum at the end) at the table's
+                // `compression_level` (default 3). The output buffer Cassandra gives it is
+                // `initialCompressedBufferLength = Zstd.compressBound(chunkLength)`, so a
+                // frame always fits; whether it is stored raw is the caller's
+                // `maxCompressedLength` test, as for every codec.
+                let level = state.zstd_level;
+                let (set, cctx) = state
+                    .zstd
+                    .get_or_insert_with(|| (None, zstd::zstd_safe::CCtx::create()));
+                let zerr = |code: usize| {
+                    FormatError::corrupt(
+                        file,
+                        None,
+                        format!(
+                            "Zstd compression failed: {}",
+                            zstd::zstd_safe::get_error_name(code)
+                        ),
+                    )
+                };
+                if *set != Some(level) {
+                    use zstd::zstd_safe::CParameter;
+                    cctx.set_parameter(CParameter::CompressionLevel(level))
+                        .map_err(zerr)?;
+                    cctx.set_parameter(CParameter::ChecksumFlag(true))
+                        .map_err(zerr)?;
+                    *set = Some(level);
+                }
+                out.reserve(zstd::zstd_safe::compress_bound(data.len()));
+                cctx.compress2(out, data).map_err(zerr)?;
+            }
+            Codec::Unknown => {
                 return Err(FormatError::unsupported(
                     file,
                     None,
-                    "writing chunks with this compressor",
+                    "writing chunks with an unknown compressor",
                 ))
             }
         }
@@ -730,12 +804,48 @@ impl Codec {
     }
 }
 
-/// What a codec keeps between chunks (`Codec::compress_with`): Snappy's hash tables and
-/// Deflate's compressor, made on first use. LZ4 needs none of ours.
-#[derive(Default)]
+/// What a codec keeps between chunks (`Codec::compress_with`): Snappy's hash tables,
+/// Deflate's compressor and Zstd's context, made on first use. LZ4 needs none of ours.
 pub struct CodecState {
     snappy: Option<snap::raw::Encoder>,
     deflate: Option<flate2::Compress>,
+    /// The context and the level it was set to.
+    zstd: Option<(Option<i32>, zstd::zstd_safe::CCtx<'static>)>,
+    /// The level Zstd chunks are written at: the table's `compression_level`
+    /// (`CodecState::for_table`), else ZstdCompressor's `DEFAULT_COMPRESSION_LEVEL`.
+    zstd_level: i32,
+}
+
+impl Default for CodecState {
+    fn default() -> CodecState {
+        CodecState {
+            snappy: None,
+            deflate: None,
+            zstd: None,
+            zstd_level: ZSTD_DEFAULT_LEVEL,
+        }
+    }
+}
+
+impl CodecState {
+    /// A state that writes chunks the way `ci`'s compressor was configured (Zstd's
+    /// `compression_level`).
+    pub fn for_table(file: &Path, ci: &CompressionInfo) -> Result<CodecState> {
+        Ok(CodecState {
+            zstd_level: ci.zstd_level(file)?,
+            ..CodecState::default()
+        })
+    }
+}
+
+/// `ZstdCompressor.DEFAULT_COMPRESSION_LEVEL`.
+pub const ZSTD_DEFAULT_LEVEL: i32 = 3;
+
+thread_local! {
+    /// One decompression context a thread (`ZSTD_createDCtx` allocates ~100 KiB; a chunk
+    /// is read far more often than a thread starts).
+    static ZSTD_DCTX: std::cell::RefCell<Option<zstd::zstd_safe::DCtx<'static>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 #[cfg(test)]
@@ -772,6 +882,17 @@ mod tests {
                 e.write_all(data).unwrap();
                 e.finish().unwrap()
             }
+            Codec::Zstd => {
+                // ZstdCompressor: one frame, level 3, content checksum on.
+                let mut c = zstd::zstd_safe::CCtx::create();
+                c.set_parameter(zstd::zstd_safe::CParameter::CompressionLevel(3))
+                    .unwrap();
+                c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+                    .unwrap();
+                let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
+                c.compress2(&mut out, data).unwrap();
+                out
+            }
             _ => data.to_vec(),
         }
     }
@@ -796,7 +917,13 @@ mod tests {
                     .collect(),
             );
         }
-        for codec in [Codec::Lz4, Codec::Snappy, Codec::Deflate, Codec::Noop] {
+        for codec in [
+            Codec::Lz4,
+            Codec::Snappy,
+            Codec::Deflate,
+            Codec::Zstd,
+            Codec::Noop,
+        ] {
             let mut state = CodecState::default();
             let mut out = Vec::new();
             for round in 0..2 {
@@ -936,7 +1063,13 @@ mod tests {
     #[test]
     fn codecs_round_trip() {
         let data: Vec<u8> = (0..5000u32).flat_map(|i| (i % 97).to_le_bytes()).collect();
-        for c in [Codec::Lz4, Codec::Snappy, Codec::Deflate, Codec::Noop] {
+        for c in [
+            Codec::Lz4,
+            Codec::Snappy,
+            Codec::Deflate,
+            Codec::Zstd,
+            Codec::Noop,
+        ] {
             let mut z = Vec::new();
             c.compress(Path::new("d"), &data, &mut z).unwrap();
             let mut back = Vec::new();
@@ -948,5 +1081,122 @@ mod tests {
                 "{c:?} must honour max_len"
             );
         }
+    }
+
+    fn zstd_table(level: Option<&str>) -> CompressionInfo {
+        CompressionInfo {
+            compressor: "org.apache.cassandra.io.compress.ZstdCompressor".into(),
+            options: level
+                .map(|l| vec![("compression_level".to_string(), l.to_string())])
+                .unwrap_or_default(),
+            ..sample("nb")
+        }
+    }
+
+    /// Zstd chunks as ZstdCompressor frames them: one frame with the content size and a
+    /// content checksum (`ENABLE_CHECKSUM_FLAG`), at the table's `compression_level`
+    /// (default 3); they decode back, within the chunk length, through a reused state.
+    #[test]
+    fn zstd_round_trip_at_the_table_level() {
+        let f = Path::new("z");
+        let data: Vec<u8> = (0..16384u32)
+            .map(|i| (i / 7) as u8 ^ (i % 5) as u8)
+            .collect();
+        assert_eq!(zstd_table(None).zstd_level(f).unwrap(), 3);
+        assert_eq!(zstd_table(Some("-5")).zstd_level(f).unwrap(), -5);
+        assert_eq!(zstd_table(Some("19")).zstd_level(f).unwrap(), 19);
+        for bad in ["23", "x", ""] {
+            let e = zstd_table(Some(bad)).zstd_level(f).unwrap_err();
+            assert_eq!(e.kind(), "unsupported", "{bad}: {e}");
+        }
+        let mut sizes = Vec::new();
+        for level in [None, Some("1"), Some("19"), Some("-5")] {
+            let ci = zstd_table(level);
+            let mut state = CodecState::for_table(f, &ci).unwrap();
+            let mut z = Vec::new();
+            for round in 0..2 {
+                Codec::Zstd
+                    .compress_with(f, &data, &mut state, &mut z)
+                    .unwrap();
+                // Frame header: magic, then the descriptor byte: bit 2 is the checksum flag,
+                // bits 6-7 (or the single-segment bit 5) say the content size is there.
+                assert_eq!(&z[..4], &[0x28, 0xb5, 0x2f, 0xfd], "{level:?}");
+                assert_ne!(z[4] & 0x04, 0, "{level:?}: no content checksum");
+                assert!(z[4] & 0xe0 != 0, "{level:?}: no content size");
+                let mut back = Vec::new();
+                Codec::Zstd.decompress(f, 0, &z, 16384, &mut back).unwrap();
+                assert_eq!(back, data, "{level:?} round {round}");
+            }
+            sizes.push(z.len());
+        }
+        // The level is honoured: 19 compresses at least as well as 1, -5 no better than 3.
+        assert!(sizes[2] <= sizes[1] && sizes[3] >= sizes[0], "{sizes:?}");
+        // The default state is level 3: the same bytes as a table without the option.
+        let mut a = Vec::new();
+        Codec::Zstd.compress(f, &data, &mut a).unwrap();
+        assert_eq!(a, compress_fresh(Codec::Zstd, &data));
+        // An empty chunk (the extra chunk after a child whose length is a multiple of the
+        // chunk length) is a valid frame of nothing.
+        let mut e = Vec::new();
+        Codec::Zstd.compress(f, &[], &mut e).unwrap();
+        let mut back = vec![1];
+        Codec::Zstd.decompress(f, 0, &e, 4096, &mut back).unwrap();
+        assert!(back.is_empty());
+    }
+
+    /// Corrupt Zstd chunks fail with a `CorruptSSTable` error naming the file and offset,
+    /// never a panic, and never decode past the chunk length.
+    #[test]
+    fn zstd_corruption_is_an_error() {
+        let f = Path::new("/t/nb-1-big-Data.db");
+        let data: Vec<u8> = (0..65536u32)
+            .map(|i| (i % 251) as u8 ^ (i >> 9) as u8)
+            .collect();
+        let mut z = Vec::new();
+        Codec::Zstd.compress(f, &data, &mut z).unwrap();
+        let mut out = Vec::new();
+        let check = |payload: &[u8], max: usize, out: &mut Vec<u8>, what: &str| {
+            let e = Codec::Zstd
+                .decompress(f, 4242, payload, max, out)
+                .expect_err(what);
+            assert_eq!(e.kind(), "corrupt", "{what}: {e}");
+            let m = e.to_string();
+            assert!(
+                m.contains("nb-1-big-Data.db") && m.contains("4242") && m.contains("Zstd"),
+                "{what}: {m}"
+            );
+            assert!(
+                out.capacity() <= max.max(65536),
+                "{what}: {}",
+                out.capacity()
+            );
+        };
+        // Past the chunk length: the frame holds 64 KiB, the chunk is 16 KiB.
+        check(&z, 16384, &mut out, "oversized frame");
+        // Truncated, empty, garbage, a wrong magic.
+        check(&z[..z.len() / 2], 65536, &mut out, "truncated");
+        check(&[], 65536, &mut out, "empty");
+        check(&[0x55; 40], 65536, &mut out, "garbage");
+        let mut m = z.clone();
+        m[0] ^= 1;
+        check(&m, 65536, &mut out, "magic");
+        // The content checksum catches a flipped byte in the last block's payload; any
+        // flipped byte anywhere fails one way or another (or decodes to other bytes, which
+        // the chunk CRC in Data.db catches first) — and never panics.
+        let mut c = z.clone();
+        let last = c.len() - 1;
+        c[last] ^= 0x80;
+        check(&c, 65536, &mut out, "checksum");
+        for i in 0..z.len() {
+            let mut c = z.clone();
+            c[i] ^= 0x11;
+            if let Ok(()) = Codec::Zstd.decompress(f, 0, &c, 65536, &mut out) {
+                assert!(out.len() <= 65536);
+            }
+        }
+        // Two frames, the second past the chunk length, are one chunk too long.
+        let mut two = z.clone();
+        two.extend_from_slice(&z);
+        check(&two, 65536, &mut out, "two frames");
     }
 }

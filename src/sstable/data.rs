@@ -139,13 +139,22 @@ impl DataReader {
             out.clear();
             out.extend_from_slice(&stored[..payload_len.min(chunk_length)]);
         } else {
-            self.codec.decompress(
-                &self.path,
-                start,
-                &stored[..payload_len],
-                chunk_length,
-                &mut out,
-            )?;
+            self.codec
+                .decompress(
+                    &self.path,
+                    start,
+                    &stored[..payload_len],
+                    chunk_length,
+                    &mut out,
+                )
+                .map_err(|e| match e {
+                    // Name the chunk beside the file and offset the codec names.
+                    FormatError::Corrupt { loc, what } => FormatError::Corrupt {
+                        loc,
+                        what: format!("chunk {i}: {what}"),
+                    },
+                    e => e,
+                })?;
         }
         // Every chunk but the last holding data is exactly chunkLength bytes: positions map
         // to chunks by division (CompressionMetadata.chunkFor).

@@ -196,6 +196,9 @@ pub struct WriteOpts {
     pub chunk_kb: u32,
     /// `big` or `bti` (5.0 only).
     pub format: &'static str,
+    /// `write --sorted true`: partitions added in token order through the writer's
+    /// `sorted()` mode (no heap buffer: the big parents; one-column keys only).
+    pub sorted: bool,
 }
 
 impl Default for WriteOpts {
@@ -208,6 +211,7 @@ impl Default for WriteOpts {
             compression: "lz4",
             chunk_kb: 4,
             format: "big",
+            sorted: false,
         }
     }
 }
@@ -279,6 +283,45 @@ impl Dump {
 }
 
 /// The digest of a canonical partition list.
+/// One sstable's pass as `dump --digest` sums it: `count` non-empty partitions, `empty` empty
+/// ones, their tokens within `[min, max]`, and `sum`/`xor` of their MD5 prefixes (so the
+/// summaries of disjoint files add up to the summary of their union).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Summary {
+    pub count: u64,
+    pub empty: u64,
+    pub min: i64,
+    pub max: i64,
+    pub sum: u64,
+    pub xor: u64,
+}
+
+impl Summary {
+    /// The summary of the union of two disjoint sets of partitions (`empty` added too).
+    pub fn add(self, o: Summary) -> Summary {
+        Summary {
+            count: self.count + o.count,
+            empty: self.empty + o.empty,
+            min: if o.count == 0 {
+                self.min
+            } else if self.count == 0 {
+                o.min
+            } else {
+                self.min.min(o.min)
+            },
+            max: if o.count == 0 {
+                self.max
+            } else if self.count == 0 {
+                o.max
+            } else {
+                self.max.max(o.max)
+            },
+            sum: self.sum.wrapping_add(o.sum),
+            xor: self.xor ^ o.xor,
+        }
+    }
+}
+
 pub fn digest(rows: &[Partition]) -> u64 {
     let mut s = String::new();
     for p in rows {
@@ -312,6 +355,7 @@ impl Oracle {
             o.seed,
             fnv(SOURCE.as_bytes()) as u32
         );
+        let key = if o.sorted { key + "-sorted" } else { key };
         let base = cache_root().join("cassandra/oracle-parents").join(&key);
         // Cassandra's Descriptor takes the keyspace and table from the two directories above
         // the file, so the parent sits in `oracle/<family>`.
@@ -336,6 +380,7 @@ impl Oracle {
             .args(["--compression", o.compression])
             .args(["--chunk-kb", &o.chunk_kb.to_string()])
             .args(["--format", o.format])
+            .args(["--sorted", if o.sorted { "true" } else { "false" }])
             .output()
             .unwrap();
         assert!(
@@ -388,6 +433,66 @@ impl Oracle {
     }
 
     /// [`Oracle::try_dump`], failing the test when Cassandra's reader throws.
+    /// `dump --digest true`: per file, the summary of its index and linear passes
+    /// (`Summary`), without holding any row.
+    pub fn dump_digest(&self, files: &[PathBuf]) -> Vec<(Pass, PathBuf, Summary)> {
+        let out = self
+            .java()
+            .arg("dump")
+            .args(["--mode", "both", "--digest", "true"])
+            .args(files)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "Cassandra {} cannot read {files:?}: {}",
+            self.version,
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .take(12)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut v = Vec::new();
+        let mut cur: Option<(Pass, PathBuf)> = None;
+        for line in text.lines() {
+            if let Some(h) = line.strip_prefix("## ") {
+                let kv: std::collections::BTreeMap<&str, &str> =
+                    h.split(' ').filter_map(|x| x.split_once('=')).collect();
+                let num = |k: &str| -> i128 {
+                    kv.get(k)
+                        .and_then(|x| x.parse().ok())
+                        .unwrap_or_else(|| panic!("summary {k}: {line}"))
+                };
+                let (pass, path) = cur.take().expect("a summary before its header");
+                v.push((
+                    pass,
+                    path,
+                    Summary {
+                        count: num("count") as u64,
+                        empty: num("empty") as u64,
+                        min: num("min") as i64,
+                        max: num("max") as i64,
+                        sum: num("sum") as u64,
+                        xor: num("xor") as u64,
+                    },
+                ));
+            } else if let Some(h) = line.strip_prefix("# ") {
+                let mut it = h.split(' ');
+                let pass = match it.next() {
+                    Some("linear") => Pass::Linear,
+                    Some("index") => Pass::Index,
+                    other => panic!("dump header {other:?}: {line}"),
+                };
+                cur = Some((pass, PathBuf::from(it.next().unwrap())));
+            } else {
+                panic!("digest dump line: {line}");
+            }
+        }
+        v
+    }
+
     pub fn dump(&self, files: &[PathBuf]) -> Dump {
         self.try_dump(files).unwrap_or_else(|e| {
             panic!(
