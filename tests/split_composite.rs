@@ -150,6 +150,14 @@ fn assert_children(
         "children's keys, in order, are the parent's"
     );
     assert!(rep.check.as_ref().is_some_and(|c| c.ok));
+    if rep.children.iter().any(|c| c.filler_partitions > 0)
+        && matches!(key_shape(&key_type(parent)), KeyShape::Fixed(_))
+    {
+        // cqlite 0.17 misreads a row filler's empty rows (a "row deletion" past the row's
+        // size), where every Cassandra reads them as empty
+        // (`oracle_offline::oracle_row_fillers_*`).
+        return;
+    }
     assert_eq!(
         cqlite_dump_rows(schema, KS, table, &paths),
         cqlite_dump_rows(schema, KS, table, &[parent]),

@@ -1368,8 +1368,12 @@ mod tests {
                         .find(|t| row_filler_fits(v(ver), sh, key_len, *t))
                         .expect("some size fits");
                     for total in (min..min + 400).chain([16_384, 65_536 + 777, 200_000]) {
-                        let f = row_filler(v(ver), sh, &key, total)
-                            .unwrap_or_else(|| panic!("{ver} {sh:?} {total}"));
+                        // Wide clustering keys leave gaps between the static row alone and a
+                        // first row; from two rows on every size fits.
+                        let Some(f) = row_filler(v(ver), sh, &key, total) else {
+                            assert!(total < min + 100, "{ver} {sh:?} {total}");
+                            continue;
+                        };
                         assert_eq!(f.bytes.len(), total);
                         assert!(!f.pads.is_empty());
                         for r in &f.pads {
@@ -1415,8 +1419,7 @@ mod tests {
         after.extend_from_slice(&[0x04, 0x01, 0x05, 0x00]);
         assert_eq!(is_row_filler_after_key(ver, &sh, &after), Some(false));
         // A partition deletion: not a filler.
-        let mut del = vec![0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0x01];
-        del[0] = 0x5f;
+        let del = [0x5f, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0x01];
         assert_eq!(is_row_filler_after_key(ver, &sh, &del), Some(false));
         // A regular row whose subset lists a present column: not empty.
         let mut b = live_deletion(ver).to_vec();
