@@ -907,3 +907,202 @@ fn oracle_big_parent_5_0_9() {
         files.len(),
     );
 }
+
+/// Issue 32: the families whose children get a row filler under the default target
+/// (`sstable::filler::row_filler`): fixed-width keys (`int`, `bigint`, `uuid`, `timeuuid`,
+/// `timestamp`, `(int, uuid)`) and static columns (`bigint_static`, `(int, bigint)` with a
+/// static column).
+const ROW_FILLER_FAMILIES: [&str; 7] = [
+    "int_ck2desc",
+    "bigint_static",
+    "uuid_plain",
+    "timeuuid_ck",
+    "ts_plain",
+    "int_uuid",
+    "int_bigint",
+];
+
+/// Children of Cassandra-written LZ4 parents of every row-filler family, default target:
+/// no child is `regrid` (no `dead_prefix_*` fallback), every child but the first starts with
+/// a filler Cassandra reads as an empty partition, and both of Cassandra's passes equal the
+/// parent's rows. Prints how much of the children's Data.db is whole parent chunks.
+fn row_fillers(test: &str, line: &str) {
+    let Some(or) = oracle_for(test, line) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let mut cases = Vec::new();
+    let mut files = Vec::new();
+    let mut table = Vec::new();
+    for (i, f) in ROW_FILLER_FAMILIES.iter().enumerate() {
+        for chunk_kb in [4u32, 16] {
+            let o = WriteOpts {
+                partitions: 600,
+                compression: "lz4",
+                chunk_kb,
+                seed: 320 + i as u64,
+                ..WriteOpts::default()
+            };
+            let cached = or.write_parent(f, &o);
+            let tag = format!("{f}-{chunk_kb}k");
+            let parent = copy_table(&cached, &table_dir(&work.path().join(&tag), f))[0].clone();
+            let out = table_dir(&work.path().join(format!("{tag}-parts")), f);
+            let r = run(&[
+                s("split"),
+                s(&parent),
+                s("--out"),
+                s(&out),
+                s("--parts"),
+                s("4"),
+                s("--json"),
+            ])
+            .unwrap_or_else(|e| panic!("{tag}: {e}"));
+            let kids = r["children"].as_array().cloned().unwrap_or_default();
+            assert_eq!(kids.len(), 4, "{tag}: {r}");
+            let (mut whole, mut reenc) = (0u64, 0u64);
+            for k in &kids {
+                assert_ne!(k["layout"], "regrid", "{tag}: a child was regrid: {k}");
+                let reason = k["fallback"]["reason"].as_str().unwrap_or("");
+                assert!(!reason.starts_with("dead_prefix"), "{tag}: {k}");
+                whole += k["bytes_shared"].as_u64().unwrap_or(0)
+                    + k["bytes_copied"].as_u64().unwrap_or(0);
+                reenc += k["bytes_reencoded"].as_u64().unwrap_or(0);
+            }
+            table.push(format!(
+                "{tag}: {:.1}% of {} children bytes whole parent chunks",
+                100.0 * whole as f64 / (whole + reenc).max(1) as f64,
+                whole + reenc
+            ));
+            let children = data_files(&out);
+            files.push(parent.clone());
+            files.extend(children.iter().cloned());
+            cases.push(Case {
+                name: format!("{tag} split --parts 4 (default target)"),
+                parent,
+                children,
+                ranges: vec![],
+                repaired: None,
+            });
+        }
+    }
+    let d = or.dump(&files);
+    for c in &cases {
+        let fillers = judge(&d, c);
+        // Three of four children start inside a chunk; each gets one filler, seen by both passes.
+        assert!(fillers >= 2, "{}: {fillers} filler partitions seen", c.name);
+    }
+    eprintln!(
+        "ROW FILLERS on {}: {} cases passed; {}",
+        or.version,
+        cases.len(),
+        table.join("; ")
+    );
+}
+
+#[test]
+fn oracle_row_fillers_5_0_9() {
+    row_fillers("oracle_row_fillers_5_0_9", "5.0");
+}
+
+#[test]
+fn oracle_row_fillers_5_0_4() {
+    row_fillers("oracle_row_fillers_5_0_4", "5.0.4");
+}
+
+#[test]
+fn oracle_row_fillers_4_1() {
+    row_fillers("oracle_row_fillers_4_1", "4.1");
+}
+
+#[test]
+fn oracle_row_fillers_4_0() {
+    row_fillers("oracle_row_fillers_4_0", "4.0");
+}
+
+/// Negative control for the row filler: a child whose filler is rebuilt one byte short (its
+/// key and Index.db unchanged, a stray zero byte before the first real partition) is caught by
+/// Cassandra's linear pass, while the same child as cleave wrote it reads equal to the parent.
+/// An uncompressed parent, so the test can rewrite Data.db in place.
+#[test]
+fn oracle_catches_a_row_filler_one_byte_short() {
+    use cleave::sstable::filler::{row_filler, RowShape};
+    let test = "oracle_catches_a_row_filler_one_byte_short";
+    let Some(or) = oracle_for(test, "5.0") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let f = "int_ck2desc";
+    let o = WriteOpts {
+        partitions: 600,
+        compression: "none",
+        seed: 321,
+        ..WriteOpts::default()
+    };
+    let cached = or.write_parent(f, &o);
+    let parent = copy_table(&cached, &table_dir(&work.path().join("p"), f))[0].clone();
+    let good = split_parts(work.path(), "good", f, &parent, &[]);
+    let bad = split_parts(work.path(), "bad", f, &parent, &[]);
+    // The first child with a filler in front of its first partition.
+    let mut victim = None;
+    for (g, b) in good.iter().zip(&bad) {
+        let t = cleave::sstable::SSTable::open(b).unwrap();
+        let h = t.statistics.header.clone().unwrap();
+        let shape = RowShape {
+            clustering: h.clustering_types.len(),
+            statics: h.static_columns.len(),
+            regular: h.regular_columns.len(),
+        };
+        let mut r = t.index_reader().unwrap();
+        let first = r
+            .next_entry()
+            .unwrap()
+            .map(|e| (e.key.to_vec(), e.position));
+        let second = r.next_entry().unwrap().map(|e| e.position);
+        if let (Some((key, 0)), Some(d)) = (first, second) {
+            let mut data = std::fs::read(b).unwrap();
+            let Some(f1) = row_filler(t.descriptor.version, &shape, &key, d as usize) else {
+                continue;
+            };
+            if data[..d as usize] != f1.bytes[..] {
+                continue; // not a row filler
+            }
+            let short = row_filler(t.descriptor.version, &shape, &key, d as usize - 1)
+                .expect("a filler one byte short");
+            data[..d as usize - 1].copy_from_slice(&short.bytes);
+            data[d as usize - 1] = 0;
+            std::fs::write(b, &data).unwrap();
+            victim = Some((g.clone(), b.clone()));
+            break;
+        }
+    }
+    let (g, b) = victim.expect("a child with a row filler");
+    let d = or.dump(std::slice::from_ref(&parent));
+    let want: Vec<_> = d.rows(std::slice::from_ref(&parent), Pass::Index);
+    let ok = or.dump(std::slice::from_ref(&g));
+    assert_eq!(
+        ok.rows(std::slice::from_ref(&g), Pass::Linear).is_empty(),
+        false
+    );
+    for p in ok.rows(std::slice::from_ref(&g), Pass::Linear) {
+        assert!(want.contains(&p), "the good child reads {p:?}");
+    }
+    match or.try_dump(std::slice::from_ref(&b)) {
+        Err(e) => eprintln!(
+            "NEGATIVE row filler one byte short: Cassandra refused: {}",
+            e.lines().last().unwrap_or("")
+        ),
+        Ok(bd) => {
+            let lin = bd.rows(std::slice::from_ref(&b), Pass::Linear);
+            let idx = bd.rows(std::slice::from_ref(&b), Pass::Index);
+            assert!(
+                lin != idx || lin.iter().any(|p| !want.contains(p)),
+                "a filler one byte short went unnoticed"
+            );
+            eprintln!(
+                "NEGATIVE row filler one byte short: the linear pass differs ({} partitions vs {})",
+                lin.len(),
+                idx.len()
+            );
+        }
+    }
+}

@@ -88,9 +88,21 @@ fn assert_children_valid(
             c.path.display(),
             out["errors"]
         );
-        assert_eq!(out["partitions"].as_u64(), Some(c.partitions), "{what}");
         let empties = out["empty_partitions"].as_u64().unwrap_or(0);
-        assert_eq!(empties, c.filler_partitions, "{what}: fillers");
+        // sstcheck.py counts only `LIVE | 0x01` as empty: a row filler (fixed-width keys,
+        // static columns; `filler::row_filler`) is one more partition to it.
+        let row_fillers = c.filler_partitions.saturating_sub(empties);
+        assert!(
+            empties == c.filler_partitions || (empties == 0 && row_fillers == 1),
+            "{what}: fillers: sstcheck {empties}, report {}",
+            c.filler_partitions
+        );
+        assert_eq!(
+            out["partitions"].as_u64(),
+            Some(c.partitions + row_fillers),
+            "{what}"
+        );
+        let empties = c.filler_partitions;
         if target.scans_data_from_zero() {
             assert_eq!(
                 out["first_position"].as_u64(),
@@ -207,7 +219,23 @@ fn run_corpus_for(cuts: Cuts, layouts: &[Option<Layout>], target: TargetCassandr
                     _ => e.2 += 1,
                 }
             }
-            if let Some(pr) = &parent_rows {
+            // cqlite 0.17 misreads a row filler's empty rows (it takes them for a row
+            // deletion running past the row's size), where every Cassandra reads them as
+            // empty (`oracle_offline::oracle_row_fillers_*`): those children are judged by
+            // Cassandra, sstcheck and cleave's check only.
+            let row_filled = rep.children.iter().any(|c| {
+                c.filler_partitions > 0
+                    && SSTable::open(&c.path).is_ok_and(|t| {
+                        t.statistics.header.as_ref().is_some_and(|h| {
+                            !h.static_columns.is_empty()
+                                || matches!(
+                                    cleave::sstable::filler::key_shape(&h.key_type),
+                                    cleave::sstable::filler::KeyShape::Fixed(_)
+                                )
+                        })
+                    })
+            });
+            if let (Some(pr), false) = (&parent_rows, row_filled) {
                 let paths: Vec<&Path> = rep.children.iter().map(|c| c.path.as_path()).collect();
                 let cr = cqlite_rows(&r, &paths).unwrap();
                 assert_eq!(

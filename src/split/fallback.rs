@@ -51,6 +51,7 @@ impl Fallback {
                 Refusal::FixedWidthKey(_) => "dead_prefix_fixed_width_key",
                 Refusal::KeyType(_) => "dead_prefix_key_type",
                 Refusal::StaticColumns => "dead_prefix_static_columns",
+                Refusal::ManyColumns(_) => "dead_prefix_many_columns",
                 Refusal::Partitioner(_) => "dead_prefix_partitioner",
                 Refusal::NarrowWindow { .. } | Refusal::NotFound { .. } => {
                     "dead_prefix_token_window"
@@ -78,6 +79,7 @@ impl Fallback {
         "dead_prefix_fixed_width_key",
         "dead_prefix_key_type",
         "dead_prefix_static_columns",
+        "dead_prefix_many_columns",
         "dead_prefix_partitioner",
         "dead_prefix_token_window",
         "dead_prefix_no_header",
@@ -163,6 +165,7 @@ mod tests {
                 dead(Refusal::FixedWidthKey("Int32Type".into())),
                 dead(Refusal::KeyType("MapType".into())),
                 dead(Refusal::StaticColumns),
+                dead(Refusal::ManyColumns(64)),
                 dead(Refusal::Partitioner(
                     crate::sstable::Partitioner::ByteOrdered,
                 )),

@@ -18,7 +18,7 @@ use super::fallback::Fallback;
 use super::plan::{ChildPlan, Layout, Prediction};
 use super::spec::Cut;
 use crate::sstable::cassandra::TargetCassandra;
-use crate::sstable::filler::{self, Filler, KeyShape, Refusal, Window};
+use crate::sstable::filler::{self, Filler, KeyShape, Refusal, RowShape, Window};
 use crate::sstable::lz4::Piece;
 use crate::sstable::{Partitioner, Token, Version};
 
@@ -63,11 +63,15 @@ impl Head {
                 let mut out = Vec::new();
                 let mut at = 0usize;
                 for f in fs.iter() {
-                    let parts = [
-                        (0..f.pad.start, false),
-                        (f.pad.clone(), true),
-                        (f.pad.end..f.bytes.len(), false),
-                    ];
+                    // Literals between the pad runs, each run a `Run`.
+                    let mut parts = Vec::with_capacity(2 * f.pads.len() + 1);
+                    let mut lit = 0;
+                    for p in &f.pads {
+                        parts.push((lit..p.start, false));
+                        parts.push((p.clone(), true));
+                        lit = p.end;
+                    }
+                    parts.push((lit..f.bytes.len(), false));
                     for (r, run) in parts {
                         let (s, e) = (at + r.start, at + r.end);
                         let (s2, e2) = (s.max(range.start), e.min(range.end));
@@ -107,6 +111,8 @@ pub struct Facts<'a> {
     /// The partition key type (SerializationHeader), `None` without a header.
     pub key_type: Option<&'a str>,
     pub has_static_columns: bool,
+    /// Column counts of the SerializationHeader (row fillers), `None` without a header.
+    pub row_shape: Option<RowShape>,
     /// Chunk length, or the CRC block of an uncompressed parent.
     pub unit: u64,
     /// Compressed parent: a chunk of filler may go in front of a short dead prefix.
@@ -187,14 +193,12 @@ fn fillers_for(
     facts: &Facts<'_>,
     g: &mut super::plan::Geometry,
 ) -> Result<Vec<Filler>, Refusal> {
-    if facts.has_static_columns {
-        return Err(Refusal::StaticColumns);
-    }
     let shape = shape.ok_or(Refusal::NoHeader)?;
-    match shape {
-        KeyShape::Fixed(t) => return Err(Refusal::FixedWidthKey(t.clone())),
-        KeyShape::Unsupported(t) => return Err(Refusal::KeyType(t.clone())),
-        KeyShape::Free | KeyShape::Blob | KeyShape::Composite(_) => {}
+    if let KeyShape::Unsupported(t) = shape {
+        return Err(Refusal::KeyType(t.clone()));
+    }
+    if facts.has_static_columns || matches!(shape, KeyShape::Fixed(_)) {
+        return row_filler_for(first_key, floor, facts, g);
     }
     let floor = floor.ok_or(Refusal::NoFloor)?;
     let total = (g.lead + g.dead_prefix) as usize;
@@ -225,6 +229,51 @@ fn fillers_for(
         &window,
         filler::SEARCH_BUDGET,
     )
+}
+
+/// The row filler of one child (a fixed-width key or static columns: `filler::row_filler`);
+/// grows its lead by one unit when the dead prefix is shorter than the smallest one.
+fn row_filler_for(
+    first_key: Vec<u8>,
+    floor: Option<Token>,
+    facts: &Facts<'_>,
+    g: &mut super::plan::Geometry,
+) -> Result<Vec<Filler>, Refusal> {
+    let rows = facts.row_shape.as_ref().ok_or(Refusal::NoHeader)?;
+    if rows.statics > filler::MAX_FILLER_COLUMNS || rows.regular > filler::MAX_FILLER_COLUMNS {
+        return Err(Refusal::ManyColumns(rows.statics.max(rows.regular)));
+    }
+    let keys = filler::key_gen(facts.key_type.ok_or(Refusal::NoHeader)?)?;
+    let floor = floor.ok_or(Refusal::NoFloor)?;
+    let mut total = (g.lead + g.dead_prefix) as usize;
+    if !filler::row_filler_fits(facts.version, rows, keys.len(), total) {
+        if g.lead != 0 || !facts.compressed {
+            return Err(Refusal::ShortDeadPrefix {
+                bytes: g.dead_prefix,
+            });
+        }
+        // Too short for the smallest row filler: one unit of filler more in front.
+        total += facts.unit as usize;
+        if !filler::row_filler_fits(facts.version, rows, keys.len(), total) {
+            return Err(Refusal::ShortDeadPrefix {
+                bytes: g.dead_prefix,
+            });
+        }
+        g.lead = facts.unit;
+        g.data_length += facts.unit;
+        g.extra_chunk = g.data_length.is_multiple_of(facts.unit);
+    }
+    let window = Window { floor, first_key };
+    filler::find_row_filler(
+        facts.partitioner,
+        facts.version,
+        rows,
+        keys,
+        total,
+        &window,
+        filler::SEARCH_BUDGET,
+    )
+    .map(|f| vec![f])
 }
 
 /// The largest cut token strictly below `first`: a `--tokens` boundary or a range bound.

@@ -281,6 +281,11 @@ impl Parent {
                 version: t.descriptor.version,
                 key_type: header.map(|h| h.key_type.as_str()),
                 has_static_columns: header.is_some_and(|h| !h.static_columns.is_empty()),
+                row_shape: header.map(|h| crate::sstable::filler::RowShape {
+                    clustering: h.clustering_types.len(),
+                    statics: h.static_columns.len(),
+                    regular: h.regular_columns.len(),
+                }),
                 unit,
                 compressed: t.compression.is_some(),
             },

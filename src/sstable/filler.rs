@@ -88,6 +88,8 @@ pub enum Refusal {
     KeyType(String),
     /// The table has static columns: every partition then carries a static row.
     StaticColumns,
+    /// More static or regular columns than a row filler's subset bitmap encodes.
+    ManyColumns(usize),
     /// ByteOrderedPartitioner: the token is the key itself.
     Partitioner(Partitioner),
     /// The token window below the child's first partition is so narrow that finding a key
@@ -117,6 +119,7 @@ impl Refusal {
             Refusal::FixedWidthKey(_) => "fixed_width_key",
             Refusal::KeyType(_) => "key_type",
             Refusal::StaticColumns => "static_columns",
+            Refusal::ManyColumns(_) => "many_columns",
             Refusal::Partitioner(_) => "partitioner",
             Refusal::NarrowWindow { .. } | Refusal::NotFound { .. } => "token_window",
             Refusal::NoHeader => "no_header",
@@ -135,6 +138,10 @@ impl std::fmt::Display for Refusal {
             ),
             Refusal::KeyType(t) => write!(f, "cleave builds no filler key of type {t}"),
             Refusal::StaticColumns => f.write_str("the table has static columns"),
+            Refusal::ManyColumns(n) => write!(
+                f,
+                "{n} columns: a row filler's empty rows encode at most {MAX_FILLER_COLUMNS}"
+            ),
             Refusal::Partitioner(p) => write!(
                 f,
                 "{p:?}: a filler key would have to sort between two real keys"
@@ -353,8 +360,9 @@ fn put_counter(b: &mut [u8], n: u64) {
 pub struct Filler {
     pub key: Vec<u8>,
     pub bytes: Vec<u8>,
-    /// `bytes[pad]` are all `pad_byte`.
-    pub pad: Range<usize>,
+    /// `bytes[r]` is all `pad_byte` for every `r` in `pads` (ascending, disjoint): runs the
+    /// first chunk's tunable LZ4 encoding turns into matches of a length it chooses.
+    pub pads: Vec<Range<usize>>,
     pub pad_byte: u8,
 }
 
@@ -493,7 +501,7 @@ pub fn find(
             Filler {
                 key: t.bytes,
                 bytes,
-                pad,
+                pads: vec![pad],
                 pad_byte: PAD,
             },
         ));
@@ -531,7 +539,7 @@ fn blob_fillers(version: Version, sizes: &[usize], lo: i64, hi: i64) -> Option<V
         out.push(Filler {
             key,
             bytes,
-            pad: 2..2 + at,
+            pads: vec![2..2 + at],
             pad_byte: PAD,
         });
     }
@@ -568,7 +576,7 @@ fn find_ordered(
         let pad = longest_zero_run(&key);
         let bytes = empty_partition(version, &key);
         out.push(Filler {
-            pad: 2 + pad.start..2 + pad.end,
+            pads: vec![2 + pad.start..2 + pad.end],
             key: key.clone(),
             bytes,
             pad_byte: 0,
@@ -613,6 +621,460 @@ fn ascii_above(f: &[u8], n: usize) -> Option<Vec<u8>> {
     k.push(f[j] + 1);
     k.resize(n, 0);
     Some(k)
+}
+
+// ------------------------------------------------------------------ row fillers
+//
+// A fixed-width partition key (`int`, `bigint`, `uuid`, `timeuuid`, `timestamp`, composites of
+// those) gives an empty partition one size, and a table with static columns must carry a static
+// row in every partition (`SSTableSimpleIterator.readStaticRow` reads one whenever
+// `SerializationHeader.hasStatic()`). For both, the filler is one partition whose size is tuned
+// *inside* it, by empty rows written with non-minimal vints:
+//
+// ```text
+// u16 len | key | DeletionTime LIVE
+//   [static row: 0x80 EXTENSION_FLAG | 0x01 IS_STATIC | rowSize | prevSize | subset]
+//   regular row* : 0x00 flags | clustering header vint per 32 columns (every value empty) |
+//                  rowSize | prevSize | subset
+// 0x01 END_OF_PARTITION
+// ```
+//
+// * No flag is set: no liveness info, no deletion, not HAS_ALL_COLUMNS, so the columns present
+//   are a subset (`Columns.Serializer.serializeSubset`), here the empty one: the bitmap of the
+//   missing columns, all of them (`(1 << n) - 1`; `n` regular or static columns, `n < 64`).
+//   No cell follows. `UnfilteredSerializer.deserialize` skips such an empty row ("Skip empty
+//   rows"), as `SSTableIterator`'s readers do ("We may get empty row for the same reason
+//   expressed on UnfilteredSerializer.deserializeOne"): the partition reads as empty, a
+//   compaction writes nothing for it, and nothing is counted as a tombstone because nothing is
+//   one. An empty static row is what Cassandra itself writes for a partition without static
+//   data (`Rows.EMPTY_STATIC_ROW`).
+// * `rowSize` is the bytes after it (`skipRowBody` skips by it), `prevSize`
+//   (`previousUnfilteredSize`) is read and discarded by `deserializeRowBody`; written as nine
+//   bytes of value 0 (`0xff` then eight zeros) it also gives the first chunk's LZ4 encoder a run
+//   to tune its length with (`sstable::lz4`).
+// * Every vint is written in the length the size needs: `VIntCoding.readUnsignedVInt` takes
+//   the count of leading one bits of the first byte as the number of bytes that follow and does
+//   not insist on the shortest form, so one row takes 12 to 36 bytes and a run of rows any size
+//   from there on.
+//
+// The key is a real value of the key type (`TimeUUIDType` keeps version 1) found by counting in
+// its low bytes until its token is in the window.
+
+/// What the SerializationHeader says a row filler must encode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowShape {
+    /// Clustering columns (each row's values are all empty).
+    pub clustering: usize,
+    /// Static columns; a static row precedes the rows when there is any.
+    pub statics: usize,
+    /// Regular columns.
+    pub regular: usize,
+}
+
+/// More columns than the one-word subset bitmap (`Columns.Serializer` switches to a
+/// list of indexes at 64), which no row filler encodes.
+pub const MAX_FILLER_COLUMNS: usize = 63;
+
+/// `previousUnfilteredSize`: value 0 in nine bytes.
+const PREV: [u8; 9] = [0xff, 0, 0, 0, 0, 0, 0, 0, 0];
+
+/// Bytes of the shortest unsigned vint of `v` (`VIntCoding.computeUnsignedVIntSize`).
+pub fn vint_min_len(v: u64) -> usize {
+    let bits = 64 - v.leading_zeros() as usize;
+    if bits > 56 {
+        9
+    } else {
+        bits.max(1).div_ceil(7)
+    }
+}
+
+/// `v` as an unsigned vint of exactly `len` bytes (`vint_min_len(v) <= len <= 9`): `len - 1`
+/// leading one bits, a zero bit (when `len < 9`), then the value big-endian.
+pub fn put_vint(v: u64, len: usize, out: &mut Vec<u8>) {
+    debug_assert!(len >= vint_min_len(v) && len <= 9);
+    if len >= 9 {
+        out.push(0xff);
+        out.extend_from_slice(&v.to_be_bytes());
+        return;
+    }
+    let extra = len - 1;
+    let prefix = !(0xffu32 >> extra) as u8;
+    out.push(prefix | (v >> (8 * extra)) as u8);
+    for i in (0..extra).rev() {
+        out.push((v >> (8 * i)) as u8);
+    }
+}
+
+/// An unsigned vint at the start of `b` and its length, in any length, as
+/// `VIntCoding.readUnsignedVInt` decodes it; `None` when `b` is too short.
+pub fn get_vint(b: &[u8]) -> Option<(u64, usize)> {
+    let first = *b.first()?;
+    let extra = first.leading_ones() as usize;
+    let bytes = b.get(1..1 + extra)?;
+    let mut v = u64::from(first) & (0xffu64 >> extra);
+    for x in bytes {
+        v = (v << 8) | u64::from(*x);
+    }
+    Some((v, 1 + extra))
+}
+
+/// The subset bitmap with every one of `n` columns missing.
+fn all_missing(n: usize) -> u64 {
+    (1u64 << n) - 1
+}
+
+/// The clustering header of each block of 32 columns with every value empty
+/// (`ClusteringPrefix.Serializer.makeHeader`: bit `2i` = empty).
+fn empty_clustering_headers(k: usize) -> Vec<u64> {
+    (0..k.div_ceil(32))
+        .map(|b| {
+            let n = (k - 32 * b).min(32);
+            (0..n).fold(0u64, |h, i| h | (1u64 << (2 * i)))
+        })
+        .collect()
+}
+
+/// One empty row's tunable vints: clustering headers (regular rows), rowSize, subset.
+struct RowVints {
+    /// `(value, length)`.
+    headers: Vec<(u64, usize)>,
+    size_len: usize,
+    subset: (u64, usize),
+}
+
+impl RowVints {
+    fn new(headers: &[u64], subset: u64) -> Self {
+        RowVints {
+            headers: headers.iter().map(|h| (*h, vint_min_len(*h))).collect(),
+            size_len: 1,
+            subset: (subset, vint_min_len(subset)),
+        }
+    }
+    fn len(&self, is_static: bool) -> usize {
+        (if is_static { 2 } else { 1 })
+            + self.headers.iter().map(|h| h.1).sum::<usize>()
+            + self.size_len
+            + PREV.len()
+            + self.subset.1
+    }
+    fn slack(&self) -> usize {
+        self.headers.iter().map(|h| 9 - h.1).sum::<usize>()
+            + (9 - self.size_len)
+            + (9 - self.subset.1)
+    }
+    /// Lengthens the vints by up to `extra` bytes; what is left.
+    fn grow(&mut self, mut extra: usize) -> usize {
+        for l in self
+            .headers
+            .iter_mut()
+            .map(|h| &mut h.1)
+            .chain([&mut self.size_len, &mut self.subset.1])
+        {
+            let d = (9 - *l).min(extra);
+            *l += d;
+            extra -= d;
+        }
+        extra
+    }
+    /// Appends the row; the range of its prevSize's zeros.
+    fn put(&self, is_static: bool, out: &mut Vec<u8>) -> Range<usize> {
+        if is_static {
+            out.extend_from_slice(&[0x80, 0x01]);
+        } else {
+            out.push(0x00);
+            for &(h, l) in &self.headers {
+                put_vint(h, l, out);
+            }
+        }
+        put_vint((PREV.len() + self.subset.1) as u64, self.size_len, out);
+        let at = out.len() + 1;
+        out.extend_from_slice(&PREV);
+        put_vint(self.subset.0, self.subset.1, out);
+        at..at + PREV.len() - 1
+    }
+}
+
+/// The empty rows of a row filler of `total` bytes with a key of `key_len` bytes: the static
+/// row (if any) and the regular rows, or `None` when no such partition has that size.
+fn row_plan(
+    version: Version,
+    shape: &RowShape,
+    key_len: usize,
+    total: usize,
+) -> Option<(Option<RowVints>, Vec<RowVints>)> {
+    if shape.statics > MAX_FILLER_COLUMNS || shape.regular > MAX_FILLER_COLUMNS {
+        return None;
+    }
+    let headers = empty_clustering_headers(shape.clustering);
+    let proto = RowVints::new(&headers, all_missing(shape.regular));
+    let mut st = (shape.statics > 0).then(|| RowVints::new(&[], all_missing(shape.statics)));
+    let fixed = overhead(version) + key_len + st.as_ref().map_or(0, |s| s.len(true));
+    let rest = total.checked_sub(fixed)?;
+    let st_slack = st.as_ref().map_or(0, RowVints::slack);
+    // At least one vint-bearing row: the LZ4 encoder needs its run.
+    let r0 = usize::from(st.is_none());
+    let (rmin, rslack) = (proto.len(false), proto.slack());
+    let rows = (r0..=rest / rmin).find(|r| {
+        let extra = rest - r * rmin;
+        extra <= r * rslack + st_slack
+    })?;
+    let mut extra = rest - rows * rmin;
+    if let Some(s) = st.as_mut() {
+        extra = s.grow(extra);
+    }
+    let mut out = Vec::with_capacity(rows);
+    for _ in 0..rows {
+        let mut r = RowVints::new(&headers, all_missing(shape.regular));
+        extra = r.grow(extra);
+        out.push(r);
+    }
+    (extra == 0).then_some((st, out))
+}
+
+/// Whether a row filler with a key of `key_len` bytes can be exactly `total` bytes.
+pub fn row_filler_fits(version: Version, shape: &RowShape, key_len: usize, total: usize) -> bool {
+    row_plan(version, shape, key_len, total).is_some()
+}
+
+/// The row filler partition of `key`, exactly `total` bytes.
+pub fn row_filler(version: Version, shape: &RowShape, key: &[u8], total: usize) -> Option<Filler> {
+    let (st, rows) = row_plan(version, shape, key.len(), total)?;
+    let mut bytes = Vec::with_capacity(total);
+    bytes.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    bytes.extend_from_slice(key);
+    bytes.extend_from_slice(live_deletion(version));
+    let mut pads = Vec::with_capacity(rows.len() + 1);
+    if let Some(s) = &st {
+        pads.push(s.put(true, &mut bytes));
+    }
+    for r in &rows {
+        pads.push(r.put(false, &mut bytes));
+    }
+    bytes.push(END_OF_PARTITION);
+    (bytes.len() == total).then(|| Filler {
+        key: key.to_vec(),
+        bytes,
+        pads,
+        pad_byte: 0,
+    })
+}
+
+/// Whether `after_key` — a partition's bytes after its key — is a row filler: LIVE, the empty
+/// static row of a static table, empty regular rows, END_OF_PARTITION. `None`: more bytes
+/// are needed to tell.
+pub fn is_row_filler_after_key(
+    version: Version,
+    shape: &RowShape,
+    after_key: &[u8],
+) -> Option<bool> {
+    let live = live_deletion(version);
+    let head = after_key.get(..live.len())?;
+    if head != live {
+        return Some(false);
+    }
+    let mut b = &after_key[live.len()..];
+    let headers = empty_clustering_headers(shape.clustering);
+    // One empty row's body after its flags: `Some(rest)`, `None` for too short, `Err` for not.
+    let row = |mut b: &[u8], is_static: bool| -> Option<Result<usize, ()>> {
+        let start = b.len();
+        if !is_static {
+            for h in &headers {
+                let (v, l) = get_vint(b)?;
+                if v != *h {
+                    return Some(Err(()));
+                }
+                b = &b[l..];
+            }
+        }
+        let (size, l) = get_vint(b)?;
+        b = &b[l..];
+        let (_prev, lp) = get_vint(b)?;
+        let (subset, ls) = get_vint(b.get(lp..)?)?;
+        let n = if is_static {
+            shape.statics
+        } else {
+            shape.regular
+        };
+        if n > MAX_FILLER_COLUMNS || subset != all_missing(n) || size != (lp + ls) as u64 {
+            return Some(Err(()));
+        }
+        Some(Ok(start - b.len() + lp + ls))
+    };
+    if shape.statics > 0 {
+        if *b.first()? != 0x80 || *b.get(1)? != 0x01 {
+            return Some(false);
+        }
+        match row(&b[2..], true)? {
+            Ok(n) => b = &b[2 + n..],
+            Err(()) => return Some(false),
+        }
+    }
+    loop {
+        match *b.first()? {
+            END_OF_PARTITION => return Some(true),
+            0x00 => match row(&b[1..], false)? {
+                Ok(n) => b = &b[1 + n..],
+                Err(()) => return Some(false),
+            },
+            _ => return Some(false),
+        }
+    }
+}
+
+/// A value of the partition key type and the bytes a counter goes in.
+#[derive(Debug, Clone)]
+pub struct KeyGen {
+    bytes: Vec<u8>,
+    counter: Range<usize>,
+    /// The counter as hex digits (`put_counter`), in text-valid keys; else big-endian binary.
+    hex: bool,
+}
+
+impl KeyGen {
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+    /// The key for counter `n`, or `None` past the counter's range.
+    fn key(&mut self, n: u64) -> Option<&[u8]> {
+        let c = &mut self.bytes[self.counter.clone()];
+        if self.hex {
+            put_counter(c, n);
+        } else {
+            let w = c.len();
+            if w < 8 && n >> (8 * w) != 0 {
+                return None;
+            }
+            c.copy_from_slice(&n.to_be_bytes()[8 - w..]);
+        }
+        Some(&self.bytes)
+    }
+}
+
+/// Where the counter goes in a fixed-width value: the low four bytes of 8- and 16-byte
+/// values (a `timeuuid` keeps its version nibble in byte 6 and variant in byte 8), all of a
+/// shorter one.
+fn fixed_counter(width: usize) -> Range<usize> {
+    if width > 4 {
+        width - 4..width
+    } else {
+        0..width
+    }
+}
+
+/// The key generator of a partition key type, for a row filler.
+pub fn key_gen(key_type: &str) -> Result<KeyGen, Refusal> {
+    let shape = key_shape(key_type);
+    match &shape {
+        KeyShape::Fixed(t) => {
+            let t = t.trim();
+            if let Some(open) = t.find('(') {
+                // A composite of fixed-width components: `u16 length | value | 0x00` each,
+                // the counter in the last component.
+                let inner = t[open + 1..].strip_suffix(')').unwrap_or("");
+                let mut bytes = Vec::new();
+                let mut counter = 0..0;
+                for c in inner.split(',') {
+                    let v = fixed_value(simple_name(c.trim()))
+                        .ok_or_else(|| Refusal::KeyType(t.to_string()))?;
+                    bytes.extend_from_slice(&(v.len() as u16).to_be_bytes());
+                    let at = bytes.len();
+                    let r = fixed_counter(v.len());
+                    counter = at + r.start..at + r.end;
+                    bytes.extend_from_slice(&v);
+                    bytes.push(0);
+                }
+                Ok(KeyGen {
+                    bytes,
+                    counter,
+                    hex: false,
+                })
+            } else {
+                let v =
+                    fixed_value(simple_name(t)).ok_or_else(|| Refusal::KeyType(t.to_string()))?;
+                Ok(KeyGen {
+                    counter: fixed_counter(v.len()),
+                    bytes: v,
+                    hex: false,
+                })
+            }
+        }
+        KeyShape::Free | KeyShape::Blob | KeyShape::Composite(_) => {
+            let len = min_key_len(&shape).ok_or_else(|| Refusal::KeyType(key_type.to_string()))?;
+            let t = template(&shape, len).ok_or_else(|| Refusal::KeyType(key_type.to_string()))?;
+            Ok(KeyGen {
+                counter: t.counter_at..t.counter_at + COUNTER_LEN,
+                bytes: t.bytes,
+                hex: true,
+            })
+        }
+        KeyShape::Unsupported(t) => Err(Refusal::KeyType(t.clone())),
+    }
+}
+
+/// How many tries a uniform hash needs to land strictly between `floor` and `ceiling`.
+fn expected_tries(floor: &Token, ceiling: &Token) -> Option<u128> {
+    match (floor, ceiling) {
+        (Token::Murmur3(lo), Token::Murmur3(hi)) => {
+            let width = (*hi as i128) - (*lo as i128) - 1;
+            Some(if width <= 0 {
+                u128::MAX
+            } else {
+                (1u128 << 64) / width as u128
+            })
+        }
+        (Token::Random(lo), Token::Random(RandomToken::Value(hi))) => {
+            let lo = match lo {
+                RandomToken::Minimum => -1i128,
+                RandomToken::Value(v) => *v as i128,
+            };
+            let width = (*hi as i128) - lo - 1;
+            Some(if width <= 0 {
+                u128::MAX
+            } else {
+                (1u128 << 127) / width as u128
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The row filler of `total` bytes for a child: the first key of `keys` (counter 0, 1, ...)
+/// whose token lies strictly inside the window. Deterministic.
+pub fn find_row_filler(
+    partitioner: Partitioner,
+    version: Version,
+    shape: &RowShape,
+    mut keys: KeyGen,
+    total: usize,
+    window: &Window,
+    budget: u64,
+) -> Result<Filler, Refusal> {
+    if partitioner == Partitioner::ByteOrdered {
+        return Err(Refusal::Partitioner(partitioner));
+    }
+    let ceiling = partitioner.token(&window.first_key);
+    let expected =
+        expected_tries(&window.floor, &ceiling).ok_or(Refusal::Partitioner(partitioner))?;
+    if expected > budget as u128 / 4 {
+        return Err(Refusal::NarrowWindow {
+            expected_tries: expected,
+        });
+    }
+    for n in 0..budget {
+        let Some(key) = keys.key(n) else {
+            return Err(Refusal::NotFound { tries: n });
+        };
+        let t = partitioner.token(key);
+        if t > window.floor && t < ceiling {
+            let key = key.to_vec();
+            return row_filler(version, shape, &key, total)
+                .ok_or_else(|| Refusal::KeyType(format!("no row filler of {total} bytes")));
+        }
+    }
+    Err(Refusal::NotFound { tries: budget })
 }
 
 #[cfg(test)]
@@ -721,7 +1183,10 @@ mod tests {
                         if shape == KeyShape::Free {
                             assert!(x.key.iter().all(|b| b.is_ascii()), "ASCII (text-valid)");
                         }
-                        assert!(x.bytes[x.pad.clone()].iter().all(|b| *b == PAD));
+                        assert!(x
+                            .pads
+                            .iter()
+                            .all(|r| x.bytes[r.clone()].iter().all(|b| *b == PAD)));
                         assert!(is_empty_after_key(v(ver), &x.bytes[2 + x.key.len()..]));
                     }
                     // Deterministic.
@@ -809,7 +1274,10 @@ mod tests {
             for x in &got {
                 assert!(x.key.as_slice() > prev.as_slice() && x.key.as_slice() < first);
                 assert!(x.key.iter().all(u8::is_ascii));
-                assert!(x.bytes[x.pad.clone()].iter().all(|b| *b == x.pad_byte));
+                assert!(x
+                    .pads
+                    .iter()
+                    .all(|r| x.bytes[r.clone()].iter().all(|b| *b == x.pad_byte)));
                 prev = x.key.clone();
             }
         }
@@ -829,5 +1297,186 @@ mod tests {
             ),
             Err(Refusal::Partitioner(_))
         ));
+    }
+
+    #[test]
+    fn vints_round_trip_in_every_length() {
+        for v in [
+            0u64,
+            1,
+            0x3f,
+            0x7f,
+            0x80,
+            0x3fff,
+            0x5555,
+            1 << 40,
+            (1 << 56) - 1,
+            1 << 56,
+            u64::MAX,
+        ] {
+            for len in vint_min_len(v)..=9 {
+                let mut b = Vec::new();
+                put_vint(v, len, &mut b);
+                assert_eq!(b.len(), len, "{v} in {len}");
+                assert_eq!(get_vint(&b), Some((v, len)), "{v} in {len}");
+                // Truncated: more bytes needed, never a wrong value.
+                assert_eq!(get_vint(&b[..len - 1]), None);
+            }
+        }
+        // The shortest forms are Cassandra's (VIntCoding): 0x7f one byte, 0x80 two.
+        assert_eq!(vint_min_len(0x7f), 1);
+        assert_eq!(vint_min_len(0x80), 2);
+        let mut b = Vec::new();
+        put_vint(0x80, 2, &mut b);
+        assert_eq!(b, [0x80, 0x80]);
+    }
+
+    #[test]
+    fn row_fillers_take_every_size_from_their_smallest() {
+        let shapes = [
+            RowShape {
+                clustering: 0,
+                statics: 0,
+                regular: 3,
+            },
+            RowShape {
+                clustering: 2,
+                statics: 0,
+                regular: 1,
+            },
+            RowShape {
+                clustering: 1,
+                statics: 1,
+                regular: 1,
+            },
+            RowShape {
+                clustering: 40,
+                statics: 2,
+                regular: 63,
+            },
+            RowShape {
+                clustering: 0,
+                statics: 0,
+                regular: 0,
+            },
+        ];
+        for ver in ["mc", "nb", "oa"] {
+            for sh in &shapes {
+                for key_len in [4usize, 8, 16, 22] {
+                    let key = vec![7u8; key_len];
+                    let min = (1..200)
+                        .find(|t| row_filler_fits(v(ver), sh, key_len, *t))
+                        .expect("some size fits");
+                    for total in (min..min + 400).chain([16_384, 65_536 + 777, 200_000]) {
+                        // Wide clustering keys leave gaps between the static row alone and a
+                        // first row; from two rows on every size fits.
+                        let Some(f) = row_filler(v(ver), sh, &key, total) else {
+                            assert!(total < min + 100, "{ver} {sh:?} {total}");
+                            continue;
+                        };
+                        assert_eq!(f.bytes.len(), total);
+                        assert!(!f.pads.is_empty());
+                        for r in &f.pads {
+                            assert_eq!(r.len(), 8);
+                            assert!(f.bytes[r.clone()].iter().all(|b| *b == 0));
+                        }
+                        let after = &f.bytes[2 + key_len..];
+                        assert_eq!(is_row_filler_after_key(v(ver), sh, after), Some(true));
+                        // One byte short is not a filler (or not yet one).
+                        assert_ne!(
+                            is_row_filler_after_key(v(ver), sh, &after[..after.len() - 1]),
+                            Some(true)
+                        );
+                        // A flipped byte of a vint or a missing END_OF_PARTITION is refused.
+                        let mut bad = after.to_vec();
+                        let last = bad.len() - 1;
+                        bad[last] = 0x02;
+                        assert_ne!(is_row_filler_after_key(v(ver), sh, &bad), Some(true));
+                    }
+                    assert!(!row_filler_fits(v(ver), sh, key_len, min - 1));
+                }
+            }
+        }
+        // More columns than the bitmap: no filler.
+        let wide = RowShape {
+            clustering: 0,
+            statics: 0,
+            regular: 64,
+        };
+        assert!(!row_filler_fits(v("nb"), &wide, 4, 5000));
+    }
+
+    #[test]
+    fn row_filler_rejects_real_rows() {
+        let sh = RowShape {
+            clustering: 1,
+            statics: 0,
+            regular: 2,
+        };
+        let ver = v("nb");
+        let mut after = live_deletion(ver).to_vec();
+        // A row with a timestamp (flags 0x04): not a filler.
+        after.extend_from_slice(&[0x04, 0x01, 0x05, 0x00]);
+        assert_eq!(is_row_filler_after_key(ver, &sh, &after), Some(false));
+        // A partition deletion: not a filler.
+        let del = [0x5f, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0x01];
+        assert_eq!(is_row_filler_after_key(ver, &sh, &del), Some(false));
+        // A regular row whose subset lists a present column: not empty.
+        let mut b = live_deletion(ver).to_vec();
+        b.extend_from_slice(&[0x00, 0x01, 0x02, 0x00, 0x01, 0x01]);
+        assert_eq!(is_row_filler_after_key(ver, &sh, &b), Some(false));
+    }
+
+    #[test]
+    fn key_gens_give_valid_values_in_the_window() {
+        let m = "org.apache.cassandra.db.marshal.";
+        let p = Partitioner::Murmur3;
+        let first = 77i32.to_be_bytes().to_vec();
+        let Token::Murmur3(hi) = p.token(&first) else {
+            unreachable!()
+        };
+        let w = Window {
+            floor: Token::Murmur3(hi.saturating_sub(1 << 50)),
+            first_key: first.clone(),
+        };
+        let sh = RowShape {
+            clustering: 1,
+            statics: 0,
+            regular: 1,
+        };
+        for (t, width) in [
+            (format!("{m}Int32Type"), 4),
+            (format!("{m}LongType"), 8),
+            (format!("{m}TimestampType"), 8),
+            (format!("{m}UUIDType"), 16),
+            (format!("{m}TimeUUIDType"), 16),
+            (
+                format!("{m}CompositeType({m}Int32Type,{m}UUIDType)"),
+                4 + 16 + 6,
+            ),
+            (format!("{m}UTF8Type"), COUNTER_LEN),
+        ] {
+            let g = key_gen(&t).expect("generator");
+            assert_eq!(g.len(), width, "{t}");
+            let f = find_row_filler(p, v("oa"), &sh, g, 3000, &w, SEARCH_BUDGET).expect(&t);
+            let tok = p.token(&f.key);
+            assert!(tok > w.floor && tok < p.token(&first), "{t}");
+            if t.ends_with("TimeUUIDType") {
+                assert_eq!(f.key[6] & 0xf0, 0x10, "version 1");
+                assert_eq!(f.key[8] & 0xc0, 0x80, "IETF variant");
+            }
+            assert_eq!(f.bytes.len(), 3000);
+        }
+        assert!(matches!(
+            key_gen(&format!("{m}IntegerType")),
+            Err(Refusal::KeyType(_))
+        ));
+        // A window too narrow for a 4-byte key space.
+        let narrow = Window {
+            floor: Token::Murmur3(hi - 3),
+            first_key: first,
+        };
+        let g = key_gen(&format!("{m}Int32Type")).expect("generator");
+        assert!(find_row_filler(p, v("oa"), &sh, g, 3000, &narrow, SEARCH_BUDGET).is_err());
     }
 }

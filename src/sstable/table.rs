@@ -310,24 +310,61 @@ pub struct CheckReport {
 }
 
 /// Whether the partition of `key` at `position` is empty and live (a dead-prefix filler:
-/// Cassandra writes none).
+/// Cassandra writes none): LIVE then END_OF_PARTITION, or a row filler (LIVE, empty rows,
+/// END_OF_PARTITION; `filler::row_filler`) when `rows` (the header's columns) is known.
 fn is_empty_partition_at(
     d: &mut super::data::DataReader,
     version: super::Version,
+    rows: Option<&super::filler::RowShape>,
     key: &[u8],
     position: u64,
     data_length: u64,
 ) -> Result<bool> {
+    let avail = data_length.saturating_sub(position);
     let want = 2 + key.len() as u64 + 13;
-    let n = want.min(data_length.saturating_sub(position));
+    let n = want.min(avail);
     if n == 0 {
         return Ok(false);
     }
     let head = d.read_at(position, n as usize)?;
-    Ok(head.len() > 2 + key.len()
+    if !(head.len() > 2 + key.len()
         && head[..2] == (key.len() as u16).to_be_bytes()
-        && &head[2..2 + key.len()] == key
-        && super::filler::is_empty_after_key(version, &head[2 + key.len()..]))
+        && &head[2..2 + key.len()] == key)
+    {
+        return Ok(false);
+    }
+    if super::filler::is_empty_after_key(version, &head[2 + key.len()..]) {
+        return Ok(true);
+    }
+    let Some(rows) = rows else {
+        return Ok(false);
+    };
+    // A row filler is at most a few chunks long; read more until it is decided.
+    let mut n = 256u64.max(want);
+    loop {
+        let m = n.min(avail);
+        let b = d.read_at(position, m as usize)?;
+        match super::filler::is_row_filler_after_key(version, rows, &b[2 + key.len()..]) {
+            Some(decided) => return Ok(decided),
+            None if m == avail || m >= ROW_FILLER_READ_LIMIT => return Ok(false),
+            None => n = m * 4,
+        }
+    }
+}
+
+/// The most bytes `is_empty_partition_at` reads of one partition (a row filler fills at most
+/// a dead prefix and one chunk of lead, chunks being at most a few MiB).
+const ROW_FILLER_READ_LIMIT: u64 = 64 << 20;
+
+fn row_shape(t: &SSTable) -> Option<super::filler::RowShape> {
+    t.statistics
+        .header
+        .as_ref()
+        .map(|h| super::filler::RowShape {
+            clustering: h.clustering_types.len(),
+            statics: h.static_columns.len(),
+            regular: h.regular_columns.len(),
+        })
 }
 
 impl SSTable {
@@ -339,8 +376,16 @@ impl SSTable {
         let mut r = self.index_reader()?;
         let dl = self.data_length();
         let mut n = 0;
+        let rows = row_shape(self);
         while let Some(e) = r.next_entry()? {
-            if !is_empty_partition_at(&mut d, self.descriptor.version, e.key, e.position, dl)? {
+            if !is_empty_partition_at(
+                &mut d,
+                self.descriptor.version,
+                rows.as_ref(),
+                e.key,
+                e.position,
+                dl,
+            )? {
                 break;
             }
             n += 1;
@@ -366,6 +411,7 @@ fn check(
     // check of an sstable whose Data.db does not open sees no filler (the full check and
     // the boundary check read Data.db and report it).
     let mut leading = t.data_reader().ok();
+    let rows = row_shape(t);
     let data_length = t.data_length();
     let mut prev: Option<Token> = None;
     let mut summary_next = 0usize;
@@ -401,8 +447,14 @@ fn check(
         }
         let mut filler = false;
         if let Some(d) = leading.as_mut() {
-            filler =
-                is_empty_partition_at(d, t.descriptor.version, e.key, e.position, data_length)?;
+            filler = is_empty_partition_at(
+                d,
+                t.descriptor.version,
+                rows.as_ref(),
+                e.key,
+                e.position,
+                data_length,
+            )?;
             if !filler {
                 leading = None;
             }
