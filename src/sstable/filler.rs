@@ -539,7 +539,7 @@ fn blob_fillers(version: Version, sizes: &[usize], lo: i64, hi: i64) -> Option<V
         out.push(Filler {
             key,
             bytes,
-            pads: vec![2..2 + at],
+            pads: std::iter::once(2..2 + at).collect(),
             pad_byte: PAD,
         });
     }
@@ -576,7 +576,7 @@ fn find_ordered(
         let pad = longest_zero_run(&key);
         let bytes = empty_partition(version, &key);
         out.push(Filler {
-            pads: vec![2 + pad.start..2 + pad.end],
+            pads: std::iter::once(2 + pad.start..2 + pad.end).collect(),
             key: key.clone(),
             bytes,
             pad_byte: 0,
