@@ -20,7 +20,7 @@ esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CORPUS_SRC="${CLEAVE_CORPUS:-$ROOT/../shared/corpus}"
 FUZZ="$ROOT/fuzz"
-TARGETS=(compression_info index summary filter statistics toc digest crc descriptor codec stream_manifest)
+TARGETS=(compression_info index summary filter statistics toc digest crc descriptor codec stream_manifest bti_partitions)
 # Must match SUPPORTED_BIG_VERSIONS (src/sstable/descriptor.rs): the compression_info
 # target picks the version as VERSIONS[first byte % 9].
 VERSIONS=(ma mb mc md me na nb nc oa)
@@ -143,6 +143,7 @@ seed() {
           cat "$f"; } | put "$FUZZ/corpus/index"
         ;;
       *-Summary.db) put "$FUZZ/corpus/summary" <"$f" ;;
+      *-Partitions.db) put "$FUZZ/corpus/bti_partitions" <"$f" ;;
       *-Filter.db) put "$FUZZ/corpus/filter" <"$f" ;;
       *-Statistics.db) put "$FUZZ/corpus/statistics" <"$f" ;;
       *-TOC.txt) put "$FUZZ/corpus/toc" <"$f" ;;

@@ -1,9 +1,11 @@
-//! The SSTable format, BIG versions `ma` (3.0) to `oa` (5.0): pure parsing and
+//! The SSTable format, BIG versions `ma` (3.0) to `oa` (5.0) and the BTI `da` index
+//! components (`bti`, not yet used by split): pure parsing and
 //! serialization of every component, plus the readers that stream Index.db and Data.db.
 //!
 //! Facts and their Cassandra sources are in `../shared/docs/sstable-format.md`; each module
 //! cites the classes it mirrors. Nothing here writes files: values in, bytes out.
 
+pub mod bti;
 pub mod bytes;
 pub mod cassandra;
 pub mod checksum;
