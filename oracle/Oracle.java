@@ -240,15 +240,6 @@ public final class Oracle {
         f.put("int_bigint", new Family("a int, b bigint, ck int, s int static, v text, PRIMARY KEY ((a, b), ck)", "",
                 "INSERT INTO %s (a, b, ck, s, v) VALUES (?, ?, ?, ?, ?)" + using, false,
                 (rnd, p, r, ts) -> Arrays.asList(p / 2, (long) p * 31L, r, p + r, text(rnd, valueBytes), ttl(rnd), ts)));
-        // Fixed-width keys without static columns (issue 32's row fillers): a timestamp key, and a
-        // composite of int and uuid.
-        f.put("ts_plain", new Family("pk timestamp PRIMARY KEY, v text, n bigint", "",
-                "INSERT INTO %s (pk, v, n) VALUES (?, ?, ?)" + using, false,
-                (rnd, p, r, ts) -> Arrays.asList(new java.util.Date(1_600_000_000_000L + new Random(p).nextInt(1 << 30) * 1000L),
-                        text(rnd, valueBytes), rnd.nextLong(), ttl(rnd), ts)));
-        f.put("int_uuid", new Family("a int, b uuid, ck int, v text, PRIMARY KEY ((a, b), ck)", "",
-                "INSERT INTO %s (a, b, ck, v) VALUES (?, ?, ?, ?)" + using, false,
-                (rnd, p, r, ts) -> Arrays.asList(p / 2, uuid4(new Random(p)), r, text(rnd, valueBytes), ttl(rnd), ts)));
         // Deletions: the writer takes one statement, so each kind of tombstone is its own family
         // (DELETE in CQLSSTableWriter needs 4.1+, CASSANDRA-14797).
         String tomb = "pk int, ck int, v text, PRIMARY KEY (pk, ck)";
@@ -261,6 +252,15 @@ public final class Oracle {
                 (rnd, p, r, ts) -> Arrays.asList(ts, p)));
         f.put("tomb_cell", new Family(tomb, "", "DELETE v FROM %s USING TIMESTAMP ? WHERE pk = ? AND ck = ?", true,
                 (rnd, p, r, ts) -> Arrays.asList(ts, p, r)));
+        // Fixed-width keys without static columns (issue 32's row fillers): a timestamp key, and a
+        // composite of int and uuid. Last, so the older families keep their index (write_opts).
+        f.put("ts_plain", new Family("pk timestamp PRIMARY KEY, v text, n bigint", "",
+                "INSERT INTO %s (pk, v, n) VALUES (?, ?, ?)" + using, false,
+                (rnd, p, r, ts) -> Arrays.asList(new java.util.Date(1_600_000_000_000L + new Random(p).nextInt(1 << 30) * 1000L),
+                        text(rnd, valueBytes), rnd.nextLong(), ttl(rnd), ts)));
+        f.put("int_uuid", new Family("a int, b uuid, ck int, v text, PRIMARY KEY ((a, b), ck)", "",
+                "INSERT INTO %s (a, b, ck, v) VALUES (?, ?, ?, ?)" + using, false,
+                (rnd, p, r, ts) -> Arrays.asList(p / 2, uuid4(new Random(p)), r, text(rnd, valueBytes), ttl(rnd), ts)));
         return f;
     }
 

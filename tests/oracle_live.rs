@@ -525,7 +525,24 @@ fn live(version: &str) {
         };
         // Default target (unknown: no dead prefix, fillers or regrid).
         let d = out("parts");
-        cleave(&split_args(parent, &d, &["--parts", "3"]));
+        let r = cleave(&split_args(parent, &d, &["--parts", "3"]));
+        // No family re-encodes: variable-length keys get empty filler partitions,
+        // fixed-width keys and static columns a row filler (issue 32), so what the node
+        // imports, verifies and compacts below is the filler layout itself.
+        let children = r["children"].as_array().expect("split report's children");
+        let fillers: u64 = children
+            .iter()
+            .map(|c| c["filler_partitions"].as_u64().unwrap_or(0))
+            .sum();
+        for c in children {
+            assert_ne!(c["layout"], "regrid", "{version} {}: {c}", f.name);
+            assert!(c["fallback"].is_null(), "{version} {}: {c}", f.name);
+        }
+        eprintln!(
+            "{version} {}: default target, {} children, {fillers} filler partitions",
+            f.name,
+            children.len()
+        );
         case("parts", vec![d], &all, false);
         // Tokens: the parent's own quartiles (the children cut inside the data).
         let d = out("tokens");

@@ -155,7 +155,7 @@ fn private(path: &Path) -> PathBuf {
 /// The schema families (oracle/Oracle.java `families()`), one list for the offline and the
 /// live oracle; the `tomb_*` ones need DELETE in CQLSSTableWriter, which 4.0 lacks
 /// (CASSANDRA-14797 is 4.1).
-pub const FAMILIES: [&str; 12] = [
+pub const FAMILIES: [&str; 14] = [
     "uuid_plain",
     "timeuuid_ck",
     "int_ck2desc",
@@ -168,6 +168,8 @@ pub const FAMILIES: [&str; 12] = [
     "tomb_range",
     "tomb_partition",
     "tomb_cell",
+    "ts_plain",
+    "int_uuid",
 ];
 
 /// Codec and chunk size per family, cycling so every codec and chunk size is covered on every
