@@ -9,8 +9,11 @@
 //! serve` receiver importing with the node's own nodetool) and rewrites copies of it; the node
 //! imports the children (`nodetool import --keep-repaired`), reports the repair state of the
 //! anticompaction children (`sstablemetadata`), verifies them (`verify -e -f`), SELECTs every
-//! row (equal to the parent's in the children's ranges), compacts and SELECTs again. Then the
-//! negative controls (one flipped byte, one missing partition, a dead-prefix child made for 4.1
+//! row (equal to the parent's in the children's ranges), compacts, SELECTs again and reads
+//! what it then holds with Cassandra's own reader (`judge_compacted`: a snapshot dumped by
+//! `Oracle dump --digest`, equal to the parent's dump in the children's ranges). Then the
+//! negative controls (one flipped byte, one missing partition, one dropped tombstone partition
+//! that only the dump finds, a dead-prefix child made for 4.1
 //! on each version; docs/testenv.md records what each Cassandra does with them) and the
 //! `OnRestart` path of every family (children placed by `apply-pending` while the node is
 //! stopped, one restart).
