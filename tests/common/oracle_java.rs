@@ -324,6 +324,50 @@ impl Summary {
     }
 }
 
+impl Summary {
+    /// What `dump --digest true` prints for these partitions (oracle/Oracle.java `partition`
+    /// and `summary`): the empty ones counted apart; of each other one the first 8 bytes of
+    /// the MD5 of `<token>\t<key hex>\t<body>`, big-endian as Java's `ByteBuffer.getLong`,
+    /// summed mod 2^64 and xored. So a subset of a full `dump` (the parent's partitions in a
+    /// range) is compared with the digest of other files without a second JVM.
+    pub fn of(parts: &[Partition]) -> Summary {
+        use md5::{Digest, Md5};
+        let mut s = Summary {
+            min: i64::MAX,
+            max: i64::MIN,
+            ..Summary::default()
+        };
+        for p in parts {
+            if p.is_empty() {
+                s.empty += 1;
+                continue;
+            }
+            let h = Md5::digest(format!("{}\t{}\t{}", p.token, p.key_hex, p.body).as_bytes());
+            let x = u64::from_be_bytes(h[..8].try_into().expect("an MD5 has 16 bytes"));
+            s.count += 1;
+            s.sum = s.sum.wrapping_add(x);
+            s.xor ^= x;
+            s.min = s.min.min(p.token);
+            s.max = s.max.max(p.token);
+        }
+        s
+    }
+
+    /// The same summary with the token range of no partition (`count` 0) made one value,
+    /// so that summaries compare whatever the identity `min`/`max` of an empty pass.
+    pub fn normalized(self) -> Summary {
+        if self.count == 0 {
+            Summary {
+                min: 0,
+                max: 0,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+}
+
 pub fn digest(rows: &[Partition]) -> u64 {
     let mut s = String::new();
     for p in rows {
