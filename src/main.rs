@@ -24,7 +24,7 @@ enum Command {
     /// Print the CustomResourceDefinitions (AnticompactionJob, RangeStream, CleanupJob).
     Crd,
     /// The sidecar: reconcile this node's AnticompactionJobs, RangeStreams and CleanupJobs.
-    Run(cli::run::RunArgs),
+    Run(Box<cli::run::RunArgs>),
     /// Describe an SSTable and check every component against the others.
     Inspect(cli::inspect::InspectArgs),
     /// Split an SSTable by token range into children that share the parent's chunks.
@@ -69,7 +69,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(a) => cli::demo::run(a),
         Command::Crd => cli::crd::run(),
-        Command::Run(a) => cli::run::run(a),
+        Command::Run(a) => cli::run::run(*a),
         Command::Inspect(a) => cli::inspect::run(a),
         Command::Split(a) => cli::split::run(a),
         Command::Verify(a) => cli::split::verify(a),

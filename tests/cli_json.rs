@@ -147,6 +147,11 @@ fn outputs(d: &Path) -> BTreeMap<&'static str, Vec<Value>> {
         "--json".as_ref(),
         "--quick".as_ref(),
     ]));
+    o.entry("inspect-survey").or_default().push(ok(&[
+        "inspect".as_ref(),
+        data.as_os_str(),
+        "--json".as_ref(),
+    ]));
     let bad = d.join("bad");
     std::fs::create_dir_all(&bad).unwrap();
     let bad_data = copy_sstable(&parent(2), &bad);

@@ -1,4 +1,5 @@
-//! `cleave inspect <component> [--json] [--quick] [--keys]`.
+//! `cleave inspect <component> [--json] [--quick] [--keys]`, and `cleave inspect <directory>`:
+//! the dead-prefix survey of a data, keyspace or table directory (`split::survey`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +13,9 @@ use serde::Serialize;
 
 #[derive(clap::Args)]
 pub struct InspectArgs {
-    /// Any component file of the SSTable (Data.db, Index.db, TOC.txt, ...).
+    /// Any component file of the SSTable (Data.db, Index.db, TOC.txt, ...), or a
+    /// directory (a node's data directory, a keyspace's or a table's) to survey: how many
+    /// sstables start with a dead prefix, which Cassandra 5.0.5+ misreads (docs/runbook.md).
     pub path: PathBuf,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -94,6 +97,26 @@ fn uuid(b: &[u8; 16]) -> String {
 }
 
 pub fn run(a: InspectArgs) -> Result<ExitCode> {
+    if a.path.is_dir() {
+        return super::failure::report(
+            a.json,
+            || {
+                cleave::split::survey::survey(&a.path).map_err(|e| Failed {
+                    reason: e.reason(),
+                    message: e.to_string(),
+                    path: e.path.clone(),
+                })
+            },
+            |out| {
+                if a.json {
+                    super::json::print(&out, "survey")?;
+                } else {
+                    print_survey(&out);
+                }
+                Ok(ExitCode::SUCCESS)
+            },
+        );
+    }
     super::failure::report(
         a.json,
         || inspect(&a),
@@ -283,5 +306,45 @@ fn print_human(i: &Inspection) {
         for k in keys {
             println!("    {} {} {}", k.token, k.key, k.position);
         }
+    }
+}
+
+fn print_survey(s: &cleave::split::survey::Survey) {
+    println!("{}", s.root.display());
+    println!(
+        "  sstables         {} live, {} with a dead prefix ({} B of Data.db){}",
+        s.sstables,
+        s.dead_prefix,
+        s.dead_prefix_bytes,
+        if s.dead_prefix_aside > 0 {
+            format!(
+                ", {} more under snapshots/ or backups/",
+                s.dead_prefix_aside
+            )
+        } else {
+            String::new()
+        }
+    );
+    for t in s.tables.iter().filter(|t| t.dead_prefix > 0) {
+        println!(
+            "  {}.{:<24} {} of {} sstables with a dead prefix",
+            t.keyspace, t.table, t.dead_prefix, t.sstables
+        );
+    }
+    for f in &s.files {
+        println!(
+            "    {} first partition at {}{}",
+            f.path.display(),
+            f.first_position,
+            if f.aside { " (snapshot/backup)" } else { "" }
+        );
+    }
+    for u in &s.unreadable {
+        println!("  not read [{}]: {}", u.reason, u.message);
+    }
+    if s.dead_prefix + s.dead_prefix_aside > 0 {
+        println!(
+            "  warning[DeadPrefix]: Cassandra 5.0.5 and later misread these in compaction, upgradesstables and scrub; before upgrading, rewrite each with Cassandra stopped: cleave rewrite <Data.db> --publish replace (docs/runbook.md)"
+        );
     }
 }

@@ -55,6 +55,11 @@ pub struct RunArgs {
     /// a dead prefix. The receiver refuses such a child for a 5.0.5+ or unknown node.
     #[arg(long, default_value = "unknown", value_parser = clap::value_parser!(cleave::sstable::cassandra::TargetCassandra))]
     pub cassandra_version: cleave::sstable::cassandra::TargetCassandra,
+    /// Survey --data-dir for sstables with a dead prefix (misread by Cassandra 5.0.5+)
+    /// every this many seconds, into `cleave_survey_*` (0: never). One Index.db entry is
+    /// read per sstable.
+    #[arg(long = "survey-interval-seconds", default_value_t = 600)]
+    pub survey_interval_seconds: u64,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -198,6 +203,33 @@ async fn termination() {
     }
 }
 
+/// The dead-prefix survey of the data directory, at start and every `every`, into the
+/// metrics; a survey that cannot read the directory is logged and retried next time.
+async fn survey_loop(data_dir: PathBuf, every: Duration, metrics: Arc<Metrics>) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let dir = data_dir.clone();
+        match tokio::task::spawn_blocking(move || cleave::split::survey::survey(&dir)).await {
+            Ok(Ok(s)) => {
+                if s.dead_prefix > 0 {
+                    tracing::warn!(
+                        dead_prefix = s.dead_prefix,
+                        sstables = s.sstables,
+                        "sstables with a dead prefix in the data directory: Cassandra 5.0.5+ misreads them (cleave inspect <data dir>; docs/runbook.md)"
+                    );
+                }
+                metrics.set_survey(&s);
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(reason = %e.reason(), error = %e, "dead-prefix survey")
+            }
+            Err(e) => tracing::warn!(error = %e, "dead-prefix survey task"),
+        }
+    }
+}
+
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     // A `--local` directory that is not there is a typo, not a directory that will appear:
     // refused before anything starts (the local reconciler would poll it forever).
@@ -255,6 +287,13 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 stop(),
             )
             .await?;
+        }
+        if a.survey_interval_seconds > 0 {
+            tokio::spawn(survey_loop(
+                a.data_dir.clone(),
+                Duration::from_secs(a.survey_interval_seconds),
+                metrics.clone(),
+            ));
         }
         let client_side = stream_client(&a)?;
         let window = node_api(&a)?;

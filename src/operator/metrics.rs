@@ -55,6 +55,11 @@ pub struct Metrics {
     pub stream_total: IntGaugeVec,
     pub stream_throughput: IntGaugeVec,
     pub stream_retries: IntCounterVec,
+    /// The dead-prefix survey of `--data-dir` (`split::survey`), per keyspace and table:
+    /// live sstables, and those Cassandra 5.0.5+ misreads. Refreshed every
+    /// `--survey-interval-seconds`.
+    pub survey_sstables: IntGaugeVec,
+    pub survey_dead_prefix: IntGaugeVec,
 }
 
 impl Metrics {
@@ -170,6 +175,19 @@ impl Metrics {
             ),
             &["namespace", "name"],
         )?;
+        let per_table = |name: &str, help: &str| {
+            IntGaugeVec::new(Opts::new(name, help), &["keyspace", "table"])
+        };
+        let survey_sstables = per_table(
+            "cleave_survey_sstables",
+            "Live sstables of a table in the data directory, as last surveyed",
+        )?;
+        let survey_dead_prefix = per_table(
+            "cleave_survey_dead_prefix_sstables",
+            "Live sstables of a table whose first partition is past Data.db position 0 (misread by Cassandra 5.0.5+)",
+        )?;
+        registry.register(Box::new(survey_sstables.clone()))?;
+        registry.register(Box::new(survey_dead_prefix.clone()))?;
         registry.register(Box::new(stream_sent.clone()))?;
         registry.register(Box::new(stream_total.clone()))?;
         registry.register(Box::new(stream_throughput.clone()))?;
@@ -229,7 +247,25 @@ impl Metrics {
             stream_total,
             stream_throughput,
             stream_retries,
+            survey_sstables,
+            survey_dead_prefix,
         }))
+    }
+
+    /// Publishes a survey: every surveyed table's two series, and tables no longer there
+    /// removed (a dropped table's gauges would otherwise stay at their last value).
+    pub fn set_survey(&self, s: &crate::split::survey::Survey) {
+        self.survey_sstables.reset();
+        self.survey_dead_prefix.reset();
+        for t in &s.tables {
+            let l = [t.keyspace.as_str(), t.table.as_str()];
+            self.survey_sstables
+                .with_label_values(&l)
+                .set(t.sstables as i64);
+            self.survey_dead_prefix
+                .with_label_values(&l)
+                .set(t.dead_prefix as i64);
+        }
     }
 
     /// Removes a deleted resource's per-object series (progress, throttle).

@@ -29,6 +29,7 @@ pub mod sampled;
 pub mod space;
 pub mod spec;
 pub mod staged;
+pub mod survey;
 pub mod write;
 
 use std::path::{Path, PathBuf};

@@ -93,6 +93,7 @@ restart every storage node's sidecar.
     - --log-filter={{ $v.config.logFilter }}
     - --max-concurrent-jobs={{ $v.config.maxConcurrentJobs }}
     - --min-free-percent={{ $v.config.minFreePercent }}
+    - --survey-interval-seconds={{ $v.config.surveyIntervalSeconds }}
     - --cassandra-version={{ $v.config.cassandraVersion }}
     {{- if $v.config.managementApi }}
     - --management-api={{ $v.config.managementApi }}
