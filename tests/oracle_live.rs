@@ -909,7 +909,10 @@ fn judge(
                     c.table, got.empty
                 );
             }
-            if (Summary { empty: 0, ..got }) != want {
+            // Issue 32: no filler survives a compaction — except, so far unexplained, in
+            // the pendingRepair job's children (`*_acj`, docs/testenv.md).
+            let filler_left = got.empty > 0 && !c.table.ends_with("_acj");
+            if filler_left || (Summary { empty: 0, ..got }) != want {
                 wrong.push((
                     format!(
                         "{version} {} {}, {pass:?} dump of {files:?} against the parent's partitions in ({lo}, {hi}]",
