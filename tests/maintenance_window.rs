@@ -613,3 +613,55 @@ fn a_management_api_outage_after_the_stop_does_not_leave_cassandra_down() {
         "the outage did not happen: {calls:#?}"
     );
 }
+
+/// Issue 32, deliverable 4: without `--cassandra-version` the sidecar asks the management
+/// API for the node's release at start and says so in its log. On a node that answers
+/// 5.0.9 a job whose `spec.targetCassandra` (4.1) would leave children with a dead prefix
+/// is `InvalidSpec` before any window step: no drain, no stop, nothing written. Negative
+/// control: the same job on a node that answers 4.1.10 runs its window to the end.
+#[test]
+fn the_nodes_release_comes_from_the_management_api_and_refuses_a_dead_prefix_target() {
+    let Some(_shared) = corpus_or_skip("maintenance window") else {
+        return;
+    };
+    for (release, refused) in [("5.0.9", true), ("4.1.10", false)] {
+        let (d, data, table, m) = setup();
+        let before = dir_fingerprint(&table);
+        let api = StandIn::start(d.path(), &table, &["--release", release]);
+        write_job(&m, "w", "  targetCassandra: \"4.1\"\n");
+        let out = run_once(&m, &data, &api.url(), &[]);
+        let log = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{log}");
+        assert!(
+            log.contains("management-api") && log.contains(release),
+            "the log names the release and its source: {log}"
+        );
+        let s = status(&m, "w");
+        let calls = api.calls();
+        assert!(
+            calls
+                .iter()
+                .any(|c| c["path"] == "/api/v0/metadata/versions/release"),
+            "{calls:#?}"
+        );
+        let stopped = calls.iter().any(|c| {
+            c["path"] == "/api/v0/ops/node/drain" || c["path"] == "/api/v0/lifecycle/stop"
+        });
+        if refused {
+            assert_eq!(s["phase"], "Failed", "{release}: {s:#?}");
+            assert_eq!(s["reason"], "InvalidSpec", "{release}: {s:#?}");
+            let msg = serde_json::to_string(&s).unwrap();
+            assert!(
+                msg.contains("5.0.9") && msg.contains("dead prefix"),
+                "{msg}"
+            );
+            assert!(!stopped, "refused before the window: {calls:#?}");
+            assert_eq!(dir_fingerprint(&table), before, "nothing written");
+            assert!(api.cassandra_ready());
+        } else {
+            assert_eq!(s["phase"], "Complete", "{release}: {s:#?}");
+            assert!(stopped, "{calls:#?}");
+            assert_replaced("4.1.10 node", &table, &["1", "2"], &before);
+        }
+    }
+}

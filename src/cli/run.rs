@@ -50,7 +50,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub min_free_percent: u8,
     /// The Cassandra release of this node (`4.1.7`, `5.0.5`, ...), for resources without
-    /// `spec.targetCassandra`. Unknown (the default) is the newest line, the strictest:
+    /// `spec.targetCassandra`. When not given, the --management-api's
+    /// `/api/v0/metadata/versions/release` at start, if it answers within 10 s (the log and
+    /// `cleave_cassandra_release_info` say which source decided). Unknown is the newest line, the strictest:
     /// from 5.0.5 compaction reads Data.db from position 0, so children never start with
     /// a dead prefix. The receiver refuses such a child for a 5.0.5+ or unknown node.
     #[arg(long, default_value = "unknown", value_parser = clap::value_parser!(cleave::sstable::cassandra::TargetCassandra))]
@@ -273,6 +275,22 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         };
         let server = cleave::http::Server::new(listener, metrics::router(metrics.clone()));
         let http = tokio::spawn(server.serve(stop()));
+        let window = node_api(&a)?;
+        let node = cleave::operator::release::resolve(
+            a.cassandra_version,
+            window.as_ref().map(|w| &w.client),
+        )
+        .await;
+        tracing::info!(
+            release = %node.release,
+            source = node.source.as_str(),
+            note = node.note.as_deref().unwrap_or(""),
+            "the node's Cassandra release: the default target of its jobs and the receiver's strictness"
+        );
+        metrics
+            .cassandra_release
+            .with_label_values(&[&node.release.to_string(), node.source.as_str()])
+            .set(1);
         if let Some(addr) = &a.stream_addr {
             super::stream::spawn_receiver(
                 addr,
@@ -281,7 +299,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                     data_dir: Some(a.data_dir.clone()),
                     node: Some(a.node.clone()),
                     min_free_percent: f64::from(a.min_free_percent),
-                    cassandra: a.cassandra_version,
+                    cassandra: node.release,
                 },
                 metrics.stream.clone(),
                 stop(),
@@ -296,11 +314,10 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             ));
         }
         let client_side = stream_client(&a)?;
-        let window = node_api(&a)?;
         let limits = NodeLimits {
             max_concurrent_jobs: a.max_concurrent_jobs as usize,
             min_free_percent: a.min_free_percent,
-            cassandra: a.cassandra_version,
+            cassandra: node.release,
         };
         match &a.local {
             Some(dir) => {

@@ -51,6 +51,13 @@ impl Kind for AnticompactionJob {
         let mut lease = run.lease(&*ctx, &*self);
         let mut latest = std::mem::take(&mut run.claimed);
         let data_dir = decide::data_dir(self.spec.data_directory.as_deref(), &ctx.data_dir);
+        // Before any window: a target this node's Cassandra would misread stops nothing.
+        let target =
+            job::target_cassandra(self.spec.target_cassandra.as_deref(), ctx.limits.cassandra);
+        if let Err(f) = target {
+            lease::finish(&mut lease, &run.key, started, &latest, Ended::Failed(f)).await;
+            return;
+        }
         let windowed = wants_window(&self.spec);
         if windowed {
             if let Err(f) = window::open(&self, &ctx, &mut lease, &mut latest, &data_dir).await {

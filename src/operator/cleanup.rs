@@ -125,6 +125,13 @@ impl Kind for CleanupJob {
         let started = Instant::now();
         let mut lease = run.lease(&*ctx, &*self);
         let mut latest = std::mem::take(&mut run.claimed);
+        // Before any window: a target this node's Cassandra would misread stops nothing.
+        let target =
+            job::target_cassandra(self.spec.target_cassandra.as_deref(), ctx.limits.cassandra);
+        if let Err(f) = target {
+            lease::finish(&mut lease, &run.key, started, &latest, Ended::Failed(f)).await;
+            return;
+        }
         let windowed = wants_window(&self.spec);
         let owned = match self.owned(&ctx, windowed).await {
             Ok(o) => o,

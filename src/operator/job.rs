@@ -328,16 +328,31 @@ pub fn check_replace(dirs: &[PathBuf]) -> Result<(), Failure> {
 }
 
 /// The Cassandra that reads a resource's children: its `spec.targetCassandra`, else the
-/// node's (`--cassandra-version`).
+/// node's (`--cassandra-version`). A target that keeps a dead prefix (3.0–5.0.4) is refused
+/// on a node known to run 5.0.5+, whose compaction would misread those children
+/// (`SSTableSimpleScanner`, CASSANDRA-20092); on a node of unknown release it is the
+/// operator's explicit choice, and `cleave_survey_dead_prefix_sstables` counts what it left.
 pub fn target_cassandra(
     spec: Option<&str>,
     node: TargetCassandra,
 ) -> Result<TargetCassandra, Failure> {
-    match spec {
-        Some(s) => TargetCassandra::parse(s)
-            .map_err(|m| Failure::new(Reason::InvalidSpec, format!("spec.targetCassandra: {m}"))),
-        None => Ok(node),
+    let Some(s) = spec else {
+        return Ok(node);
+    };
+    let target = TargetCassandra::parse(s)
+        .map_err(|m| Failure::new(Reason::InvalidSpec, format!("spec.targetCassandra: {m}")))?;
+    if !target.scans_data_from_zero()
+        && node != TargetCassandra::Unknown
+        && node.scans_data_from_zero()
+    {
+        return Err(Failure::new(
+            Reason::InvalidSpec,
+            format!(
+                "spec.targetCassandra {target} keeps a dead prefix in the children, which this node's Cassandra {node} (--cassandra-version) misreads in every compaction (5.0.5 and later scan Data.db from position 0); leave spec.targetCassandra unset"
+            ),
+        ));
     }
+    Ok(target)
 }
 
 /// Splits one parent: the one call into the split engine. `OnRestart` stages the children
@@ -597,6 +612,35 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_target_keeping_a_dead_prefix_is_refused_on_a_node_known_to_scan_from_zero() {
+        let v = |s: &str| TargetCassandra::parse(s).unwrap();
+        // Unset: the node's.
+        assert_eq!(target_cassandra(None, v("5.0.9")).unwrap(), v("5.0.9"));
+        // 4.1 children on a 5.0.9 node: refused, naming both.
+        let e = target_cassandra(Some("4.1"), v("5.0.9")).unwrap_err();
+        assert_eq!(e.reason, Reason::InvalidSpec);
+        assert!(
+            e.message.contains("4.1") && e.message.contains("5.0.9"),
+            "{}",
+            e.message
+        );
+        // On a node that reads them, or of unknown release (an explicit choice): kept.
+        assert_eq!(target_cassandra(Some("4.1"), v("5.0.4")).unwrap(), v("4.1"));
+        assert_eq!(
+            target_cassandra(Some("4.1"), v("unknown")).unwrap(),
+            v("4.1")
+        );
+        assert_eq!(
+            target_cassandra(Some("5.0.9"), v("4.1")).unwrap(),
+            v("5.0.9")
+        );
+        assert_eq!(
+            target_cassandra(Some("four"), v("4.1")).unwrap_err().reason,
+            Reason::InvalidSpec
+        );
+    }
 
     #[test]
     fn unrecorded_staged_children_are_removed_recorded_ones_kept() {

@@ -60,6 +60,9 @@ pub struct Metrics {
     /// `--survey-interval-seconds`.
     pub survey_sstables: IntGaugeVec,
     pub survey_dead_prefix: IntGaugeVec,
+    /// 1 for the node's Cassandra release and the source that decided it
+    /// (`operator::release`): `flag`, `management-api` or `none` (release `unknown`).
+    pub cassandra_release: IntGaugeVec,
 }
 
 impl Metrics {
@@ -186,6 +189,14 @@ impl Metrics {
             "cleave_survey_dead_prefix_sstables",
             "Live sstables of a table whose first partition is past Data.db position 0 (misread by Cassandra 5.0.5+)",
         )?;
+        let cassandra_release = IntGaugeVec::new(
+            Opts::new(
+                "cleave_cassandra_release_info",
+                "The node's Cassandra release as this sidecar resolved it at start, and its source",
+            ),
+            &["release", "source"],
+        )?;
+        registry.register(Box::new(cassandra_release.clone()))?;
         registry.register(Box::new(survey_sstables.clone()))?;
         registry.register(Box::new(survey_dead_prefix.clone()))?;
         registry.register(Box::new(stream_sent.clone()))?;
@@ -249,6 +260,7 @@ impl Metrics {
             stream_retries,
             survey_sstables,
             survey_dead_prefix,
+            cassandra_release,
         }))
     }
 

@@ -12,6 +12,7 @@ pub mod decide;
 pub mod job;
 pub mod local;
 pub mod metrics;
+pub mod release;
 pub mod schema;
 pub mod status;
 pub mod stream;

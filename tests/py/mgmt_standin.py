@@ -178,6 +178,8 @@ def main():
     ap.add_argument("--cluster-unhealthy", action="store_true")
     ap.add_argument("--rf", type=int, default=3)
     ap.add_argument("--dc", default="dc1")
+    # The agent's getReleaseVersion; 5.0.9 by default, whose rules are the unknown release's.
+    ap.add_argument("--release", default="5.0.9")
     ap.add_argument("--ready-after", type=float, default=1.0)
     ap.add_argument("--cassandra-stopped", action="store_true")
     # JSON {"endpoints": [{ENDPOINT_IP, STATUS, IS_LOCAL, ...}], "ranges": [{tokens, endpoints}],
@@ -244,6 +246,8 @@ def main():
                 running = node.proc is not None
                 if (method, path) == ("GET", "/api/v0/metadata/localdc"):
                     return 200, text, a.dc.encode()
+                if (method, path) == ("GET", "/api/v0/metadata/versions/release"):
+                    return 200, text, a.release.encode()
                 if (method, path) == ("GET", "/api/v0/ops/keyspace/replication"):
                     m = {"class": "org.apache.cassandra.locator.NetworkTopologyStrategy", a.dc: str(a.rf)}
                     return 200, js, json.dumps(m).encode()

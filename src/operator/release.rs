@@ -1,0 +1,154 @@
+//! The node's Cassandra release, and which source decided it (issue 32, deliverable 4).
+//!
+//! The release decides the default target of the node's jobs and the receiver's
+//! strictness: from 5.0.5 compaction reads Data.db from position 0 (`SSTableSimpleScanner`,
+//! CASSANDRA-20092), so a child with a dead prefix must never reach such a node. Sources, in
+//! order: `--cassandra-version` when given (the operator's word), the management API's
+//! `/api/v0/metadata/versions/release` when one is configured and answers, else unknown —
+//! the strictest, the newest line's rules. Resolved once at the sidecar's start: an upgrade
+//! of Cassandra restarts its pod, and with it the sidecar.
+
+use std::time::Duration;
+
+use crate::mgmt::Client;
+use crate::sstable::cassandra::TargetCassandra;
+
+/// Where the node's release came from: the `source` label of `cleave_cassandra_release_info`
+/// and the startup log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseSource {
+    /// `--cassandra-version` (chart `config.cassandraVersion`).
+    Flag,
+    /// `GET /api/v0/metadata/versions/release`.
+    ManagementApi,
+    /// Nothing said: unknown, treated as the newest line.
+    None,
+}
+
+impl ReleaseSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseSource::Flag => "flag",
+            ReleaseSource::ManagementApi => "management-api",
+            ReleaseSource::None => "none",
+        }
+    }
+}
+
+/// The node's release, its source, and why a source that was asked did not decide (a
+/// management API that did not answer, an answer that is not a release).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRelease {
+    pub release: TargetCassandra,
+    pub source: ReleaseSource,
+    pub note: Option<String>,
+}
+
+/// How long the management API is given at start: the sidecar must not hold its pod.
+pub const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Resolves the node's release: `flag` if known, else the management API's answer.
+pub async fn resolve(flag: TargetCassandra, api: Option<&Client>) -> NodeRelease {
+    if flag != TargetCassandra::Unknown {
+        return NodeRelease {
+            release: flag,
+            source: ReleaseSource::Flag,
+            note: None,
+        };
+    }
+    let mut note = None;
+    if let Some(api) = api {
+        match tokio::time::timeout(ASK_TIMEOUT, api.release_version()).await {
+            Ok(Ok(text)) => match TargetCassandra::parse(&text) {
+                Ok(release) if release != TargetCassandra::Unknown => {
+                    return NodeRelease {
+                        release,
+                        source: ReleaseSource::ManagementApi,
+                        note: None,
+                    };
+                }
+                _ => {
+                    note = Some(format!(
+                        "the management API's release {:?} is not a release",
+                        text.chars().take(64).collect::<String>()
+                    ))
+                }
+            },
+            Ok(Err(e)) => note = Some(e.to_string()),
+            Err(_) => {
+                note = Some(format!(
+                "the management API did not answer /api/v0/metadata/versions/release within {} s",
+                ASK_TIMEOUT.as_secs()
+            ))
+            }
+        }
+    }
+    NodeRelease {
+        release: TargetCassandra::Unknown,
+        source: ReleaseSource::None,
+        note,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A management API that answers every request with `body` (200, text/plain).
+    async fn agent(body: &'static str) -> Client {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let a = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(a.as_bytes()).await;
+            }
+        });
+        Client::new(crate::mgmt::Endpoint::parse(&format!("http://{addr}"), None).unwrap())
+    }
+
+    #[tokio::test]
+    async fn release_from_the_management_api_unless_the_flag_says_otherwise() {
+        let api = agent("5.0.9").await;
+        let r = resolve(TargetCassandra::Unknown, Some(&api)).await;
+        assert_eq!(r.release, TargetCassandra::parse("5.0.9").unwrap());
+        assert_eq!(r.source, ReleaseSource::ManagementApi);
+        let flag = TargetCassandra::parse("4.1").unwrap();
+        assert_eq!(resolve(flag, Some(&api)).await.source, ReleaseSource::Flag);
+        // An answer that is not a release decides nothing, and says why.
+        let r = resolve(TargetCassandra::Unknown, Some(&agent("banana").await)).await;
+        assert_eq!(
+            (r.release, r.source),
+            (TargetCassandra::Unknown, ReleaseSource::None)
+        );
+        assert!(r.note.unwrap_or_default().contains("banana"));
+        // Nobody listening: unknown, with the management API's error.
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let api =
+            Client::new(crate::mgmt::Endpoint::parse(&format!("http://{closed}"), None).unwrap());
+        let r = resolve(TargetCassandra::Unknown, Some(&api)).await;
+        assert_eq!(r.source, ReleaseSource::None);
+        assert!(r.note.is_some());
+    }
+
+    #[tokio::test]
+    async fn release_flag_decides_and_nothing_else_is_unknown() {
+        let v = TargetCassandra::parse("4.1.7").unwrap();
+        let r = resolve(v, None).await;
+        assert_eq!((r.release, r.source), (v, ReleaseSource::Flag));
+        let r = resolve(TargetCassandra::Unknown, None).await;
+        assert_eq!(
+            (r.release, r.source, r.note),
+            (TargetCassandra::Unknown, ReleaseSource::None, None)
+        );
+    }
+}
