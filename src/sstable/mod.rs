@@ -20,6 +20,8 @@ pub mod hex;
 pub mod index;
 pub mod lz4;
 pub mod murmur;
+pub mod release;
+pub mod row;
 pub mod statistics;
 pub mod summary;
 pub mod table;
@@ -28,5 +30,6 @@ pub mod vint;
 
 pub use descriptor::{Component, Descriptor, Format, SSTableId, Toc, Version};
 pub use error::{FormatError, Result};
+pub use release::{node_release, NodeRelease, ReleaseScan};
 pub use table::SSTable;
 pub use token::{Partitioner, Token, TokenRange};

@@ -231,7 +231,7 @@ pub struct Stats {
 
 /// The fixed serialized length of a clustering type's values, or `None` for variable
 /// length (`AbstractType.valueLengthIfFixed` overrides).
-fn fixed_value_length(type_name: &str) -> Option<usize> {
+pub(crate) fn fixed_value_length(type_name: &str) -> Option<usize> {
     let t = type_name.trim();
     if let Some(inner) = t
         .strip_prefix("org.apache.cassandra.db.marshal.ReversedType(")
