@@ -18,8 +18,6 @@
 //! 0x01 END_OF_PARTITION
 //! ```
 
-use std::path::Path;
-
 use super::bytes::Reader;
 use super::error::{FormatError, Result};
 use super::statistics::{fixed_value_length, HeaderColumn, SerializationHeader};
@@ -430,6 +428,7 @@ fn check_size(r: &Reader<'_>, size_at: u64, body: u64, start: u64, what: &str) -
 mod tests {
     use super::*;
     use crate::sstable::bytes::Put;
+    use std::path::Path;
 
     fn col(name: &str, t: &str) -> HeaderColumn {
         HeaderColumn {
