@@ -224,6 +224,18 @@ mod tests {
     }
 
     #[test]
+    fn row_release_bti_is_listed_not_fatal() {
+        // A 5.0.9 node started with `sstable: selected_format: bti`: its da sstable is named
+        // as unreadable, and no version is claimed.
+        let scan = node_release(&fixture("5.0.9-bti")).unwrap();
+        assert_eq!(scan.release, None);
+        assert_eq!(scan.sstables_read, 0);
+        assert_eq!(scan.skipped.len(), 1, "{:?}", scan.skipped);
+        assert!(scan.skipped[0].0.ends_with("da-8-bti-Data.db"));
+        assert!(scan.skipped[0].1.contains("BTI"), "{}", scan.skipped[0].1);
+    }
+
+    #[test]
     fn row_release_without_system_dir_is_an_error() {
         let tmp = tempfile::tempdir().unwrap();
         assert_eq!(node_release(tmp.path()).unwrap_err().kind(), "io");
