@@ -97,7 +97,9 @@ fn uuid(b: &[u8; 16]) -> String {
 }
 
 pub fn run(a: InspectArgs) -> Result<ExitCode> {
-    if a.path.is_dir() {
+    // A directory named like a component (`…-Data.db`) is a broken sstable, not a survey.
+    let component = cleave::sstable::descriptor::Descriptor::from_path(&a.path).is_ok();
+    if a.path.is_dir() && !component {
         return super::failure::report(
             a.json,
             || {

@@ -51,7 +51,8 @@ pub struct RunArgs {
     pub min_free_percent: u8,
     /// The Cassandra release of this node (`4.1.7`, `5.0.5`, ...), for resources without
     /// `spec.targetCassandra`. When not given, the --management-api's
-    /// `/api/v0/metadata/versions/release` at start, if it answers within 10 s (the log and
+    /// `/api/v0/metadata/versions/release` at start, if it answers within 10 s, else the
+    /// `release_version` of --data-dir's own system.local sstables (the log and
     /// `cleave_cassandra_release_info` say which source decided). Unknown is the newest line, the strictest:
     /// from 5.0.5 compaction reads Data.db from position 0, so children never start with
     /// a dead prefix. The receiver refuses such a child for a 5.0.5+ or unknown node.
@@ -279,6 +280,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         let node = cleave::operator::release::resolve(
             a.cassandra_version,
             window.as_ref().map(|w| &w.client),
+            &a.data_dir,
         )
         .await;
         tracing::info!(

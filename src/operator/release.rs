@@ -4,10 +4,13 @@
 //! strictness: from 5.0.5 compaction reads Data.db from position 0 (`SSTableSimpleScanner`,
 //! CASSANDRA-20092), so a child with a dead prefix must never reach such a node. Sources, in
 //! order: `--cassandra-version` when given (the operator's word), the management API's
-//! `/api/v0/metadata/versions/release` when one is configured and answers, else unknown —
-//! the strictest, the newest line's rules. Resolved once at the sidecar's start: an upgrade
+//! `/api/v0/metadata/versions/release` when one is configured and answers, the node's own
+//! `system.local` sstables in the data directory (`release_version`, newest cell; read
+//! with `sstable::release`, so it works with Cassandra stopped and without an agent), else
+//! unknown — the strictest, the newest line's rules. Resolved once at the sidecar's start: an upgrade
 //! of Cassandra restarts its pod, and with it the sidecar.
 
+use std::path::Path;
 use std::time::Duration;
 
 use crate::mgmt::Client;
@@ -21,6 +24,8 @@ pub enum ReleaseSource {
     Flag,
     /// `GET /api/v0/metadata/versions/release`.
     ManagementApi,
+    /// `release_version` in the data directory's `system/local-*` sstables.
+    SystemLocal,
     /// Nothing said: unknown, treated as the newest line.
     None,
 }
@@ -30,6 +35,7 @@ impl ReleaseSource {
         match self {
             ReleaseSource::Flag => "flag",
             ReleaseSource::ManagementApi => "management-api",
+            ReleaseSource::SystemLocal => "system-local",
             ReleaseSource::None => "none",
         }
     }
@@ -47,8 +53,9 @@ pub struct NodeRelease {
 /// How long the management API is given at start: the sidecar must not hold its pod.
 pub const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Resolves the node's release: `flag` if known, else the management API's answer.
-pub async fn resolve(flag: TargetCassandra, api: Option<&Client>) -> NodeRelease {
+/// Resolves the node's release: `flag` if known, else the management API's answer, else
+/// `data_dir`'s `system.local`.
+pub async fn resolve(flag: TargetCassandra, api: Option<&Client>, data_dir: &Path) -> NodeRelease {
     if flag != TargetCassandra::Unknown {
         return NodeRelease {
             release: flag,
@@ -83,10 +90,45 @@ pub async fn resolve(flag: TargetCassandra, api: Option<&Client>) -> NodeRelease
             }
         }
     }
+    let dir = data_dir.to_path_buf();
+    let scan =
+        tokio::task::spawn_blocking(move || crate::sstable::release::node_release(&dir)).await;
+    let why = match scan {
+        Ok(Ok(scan)) => match scan.release {
+            Some(r) => match TargetCassandra::parse(&r.version) {
+                Ok(release) if release != TargetCassandra::Unknown => {
+                    return NodeRelease {
+                        release,
+                        source: ReleaseSource::SystemLocal,
+                        note: note.map(|n| format!("{n}; read from {}", r.sstable.display())),
+                    };
+                }
+                _ => format!(
+                    "system.local's release_version {:?} is not a release",
+                    r.version
+                ),
+            },
+            None => format!(
+                "no release_version in {} system.local sstable(s) under {}{}",
+                scan.sstables_read,
+                data_dir.display(),
+                if scan.skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({} skipped: {})", scan.skipped.len(), scan.skipped[0].1)
+                }
+            ),
+        },
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
     NodeRelease {
         release: TargetCassandra::Unknown,
         source: ReleaseSource::None,
-        note,
+        note: Some(match note {
+            Some(n) => format!("{n}; {why}"),
+            None => why,
+        }),
     }
 }
 
@@ -116,13 +158,28 @@ mod tests {
     #[tokio::test]
     async fn release_from_the_management_api_unless_the_flag_says_otherwise() {
         let api = agent("5.0.9").await;
-        let r = resolve(TargetCassandra::Unknown, Some(&api)).await;
+        let r = resolve(
+            TargetCassandra::Unknown,
+            Some(&api),
+            Path::new("/nonexistent"),
+        )
+        .await;
         assert_eq!(r.release, TargetCassandra::parse("5.0.9").unwrap());
         assert_eq!(r.source, ReleaseSource::ManagementApi);
         let flag = TargetCassandra::parse("4.1").unwrap();
-        assert_eq!(resolve(flag, Some(&api)).await.source, ReleaseSource::Flag);
+        assert_eq!(
+            resolve(flag, Some(&api), Path::new("/nonexistent"))
+                .await
+                .source,
+            ReleaseSource::Flag
+        );
         // An answer that is not a release decides nothing, and says why.
-        let r = resolve(TargetCassandra::Unknown, Some(&agent("banana").await)).await;
+        let r = resolve(
+            TargetCassandra::Unknown,
+            Some(&agent("banana").await),
+            Path::new("/nonexistent"),
+        )
+        .await;
         assert_eq!(
             (r.release, r.source),
             (TargetCassandra::Unknown, ReleaseSource::None)
@@ -135,7 +192,12 @@ mod tests {
         };
         let api =
             Client::new(crate::mgmt::Endpoint::parse(&format!("http://{closed}"), None).unwrap());
-        let r = resolve(TargetCassandra::Unknown, Some(&api)).await;
+        let r = resolve(
+            TargetCassandra::Unknown,
+            Some(&api),
+            Path::new("/nonexistent"),
+        )
+        .await;
         assert_eq!(r.source, ReleaseSource::None);
         assert!(r.note.is_some());
     }
@@ -143,12 +205,26 @@ mod tests {
     #[tokio::test]
     async fn release_flag_decides_and_nothing_else_is_unknown() {
         let v = TargetCassandra::parse("4.1.7").unwrap();
-        let r = resolve(v, None).await;
+        let r = resolve(v, None, Path::new("/nonexistent")).await;
         assert_eq!((r.release, r.source), (v, ReleaseSource::Flag));
-        let r = resolve(TargetCassandra::Unknown, None).await;
+        let r = resolve(TargetCassandra::Unknown, None, Path::new("/nonexistent")).await;
         assert_eq!(
-            (r.release, r.source, r.note),
-            (TargetCassandra::Unknown, ReleaseSource::None, None)
+            (r.release, r.source),
+            (TargetCassandra::Unknown, ReleaseSource::None)
         );
+        assert!(r.note.unwrap_or_default().contains("/nonexistent"));
+        // The node's own system.local (a real 4.1.10 flush), below the management API.
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/system_local/4.1.10");
+        let r = resolve(TargetCassandra::Unknown, None, &fixture).await;
+        assert_eq!(r.release, TargetCassandra::parse("4.1.10").unwrap());
+        assert_eq!(r.source, ReleaseSource::SystemLocal);
+        let api = agent("5.0.9").await;
+        let r = resolve(TargetCassandra::Unknown, Some(&api), &fixture).await;
+        assert_eq!(r.source, ReleaseSource::ManagementApi);
+        // BTI system tables are not read yet: unknown, and the note says why.
+        let bti = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/system_local/5.0.9-bti");
+        let r = resolve(TargetCassandra::Unknown, None, &bti).await;
+        assert_eq!(r.source, ReleaseSource::None);
+        assert!(r.note.unwrap_or_default().contains("skipped"));
     }
 }

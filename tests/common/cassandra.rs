@@ -594,6 +594,15 @@ impl Node {
         self.nodetool(&a)
     }
 
+    /// `nodetool scrub --no-snapshot`: each sstable re-read partition by partition and
+    /// rewritten (`Scrubber`); what it could not read it logs ("Unable to recover", "Out of
+    /// order") and skips.
+    pub fn scrub(&self, ks: &str, tables: &[&str]) -> Output {
+        let mut a = vec!["scrub", "--no-snapshot", ks];
+        a.extend_from_slice(tables);
+        self.nodetool(&a)
+    }
+
     pub fn compact(&self, ks: &str, tables: &[&str]) -> Output {
         let mut a = vec!["compact", ks];
         a.extend_from_slice(tables);
