@@ -61,7 +61,8 @@ pub struct Metrics {
     pub survey_sstables: IntGaugeVec,
     pub survey_dead_prefix: IntGaugeVec,
     /// 1 for the node's Cassandra release and the source that decided it
-    /// (`operator::release`): `flag`, `management-api` or `none` (release `unknown`).
+    /// (`operator::release`): `flag`, `management-api`, `system-local` or `none` (release
+    /// `unknown`).
     pub cassandra_release: IntGaugeVec,
 }
 
