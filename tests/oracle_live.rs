@@ -753,6 +753,13 @@ fn live(version: &str) {
     // scrubber warns "Data file partition position N differs from index file row position
     // -1" near the end of every sstable, Cassandra's own included).
     for (i, f) in fams.iter().enumerate() {
+        // 5.0.4 and 5.0.9 scrub an sstable that holds only range tombstones away — "No valid
+        // partitions found while scrubbing …; it is marked for deletion now" — the node's own
+        // parent as well as the children (seen 2026-12-05 on both): that family's deletions
+        // would then be gone for the judges below, so it is not scrubbed on 5.0.
+        if version.starts_with("5.0.") && f.name == "tomb_range" {
+            continue;
+        }
         let (out, parent_said) = scrub(&node, &[&p_tables[i]]);
         ok(&format!("{version}: scrub {}", p_tables[i]), &out);
         let dir = node.table_dir(KS, &p_tables[i]);
