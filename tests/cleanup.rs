@@ -479,13 +479,6 @@ fn generated_table_kept_dropped_split_with_metadata_and_rows() {
     }
 }
 
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
 fn parents_in(dir: &Path) -> Vec<PathBuf> {
     data_files(dir)
 }

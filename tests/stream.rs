@@ -933,10 +933,6 @@ fn sstcheck_ranges(shared: &Path, data: &Path, ranges: &str) -> serde_json::Valu
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn hex64(v: &serde_json::Value) -> u64 {
-    u64::from_str_radix(v.as_str().unwrap(), 16).unwrap()
-}
-
 /// Sends the range children of `data` for `ranges`, checks each received child with
 /// sstcheck.py and that together they hold exactly the parent's keys in the ranges
 /// (sstcheck's `in_ranges`); returns how many children arrived.

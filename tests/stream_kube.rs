@@ -173,10 +173,6 @@ fn sstcheck(shared: &Path, data: &Path, ranges: Option<&str>) -> Value {
     })
 }
 
-fn hex64(v: &Value) -> u64 {
-    u64::from_str_radix(v.as_str().unwrap(), 16).unwrap()
-}
-
 /// Files under `dir` with their length and CRC32: the source must be byte-identical
 /// afterwards (a hash instead of `common::snapshot`'s bytes: the tree holds a GiB).
 fn digest_tree(dir: &Path) -> Vec<(PathBuf, u64, u32)> {
@@ -445,12 +441,7 @@ fn range_streams_between_two_sidecars_on_a_real_apiserver() {
     )
     .unwrap();
     let small_children = &gen_children[1].1;
-    let key_of = |row: &Value| {
-        let h = row["k"].as_str().unwrap();
-        (0..h.len() / 2)
-            .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap())
-            .collect::<Vec<u8>>()
-    };
+    let key_of = |row: &Value| unhex(row["k"].as_str().unwrap());
     let mut want: Vec<String> = cqlite_rows(&schema, std::slice::from_ref(&small))
         .iter()
         .filter(|row| in_ranges(cleave::sstable::token::murmur3_token(&key_of(row)), RANGES))

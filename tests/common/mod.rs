@@ -587,14 +587,10 @@ pub fn fault_points(mut cmd: Command, list: &Path) -> std::collections::BTreeMap
 /// found no empty one, the first key is dropped from the fingerprint; any other difference
 /// fails.
 pub fn sstcheck_without_row_filler(got: &serde_json::Value, live: u64) -> (u64, u64, u64) {
-    let hex = |v: &serde_json::Value| u64::from_str_radix(v.as_str().unwrap(), 16).unwrap();
-    let (mut xor, mut sum) = (hex(&got["keys_xor"]), hex(&got["keys_sum"]));
+    let (mut xor, mut sum) = (hex64(&got["keys_xor"]), hex64(&got["keys_sum"]));
     let counted = got["partitions"].as_u64().unwrap();
     if counted == live + 1 && got["empty_partitions"] == 0 {
-        let first = got["first_key"].as_str().unwrap();
-        let key: Vec<u8> = (0..first.len() / 2)
-            .map(|i| u8::from_str_radix(&first[2 * i..2 * i + 2], 16).unwrap())
-            .collect();
+        let key = unhex(got["first_key"].as_str().unwrap());
         let h = cleave::sstable::token::murmur3_token(&key) as u64;
         xor ^= h;
         sum = sum.wrapping_sub(h);
@@ -605,4 +601,17 @@ pub fn sstcheck_without_row_filler(got: &serde_json::Value, live: u64) -> (u64, 
         );
     }
     (live, xor, sum)
+}
+
+/// A 64-bit value sstcheck.py prints in hex (`keys_xor`, `keys_sum`).
+pub fn hex64(v: &serde_json::Value) -> u64 {
+    u64::from_str_radix(v.as_str().unwrap(), 16).unwrap()
+}
+
+/// Bytes from their hex spelling (sstcheck's and cqlite's keys).
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
