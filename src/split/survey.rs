@@ -182,25 +182,24 @@ fn collect(dir: &Path, depth: u8, aside: bool, out: &mut Vec<(PathBuf, bool)>) {
 }
 
 /// The keyspace and table a Data.db belongs to, from Cassandra's directory layout
-/// (`<keyspace>/<table>-<32 hex id>/[snapshots/<tag>/|backups/]`).
+/// (`<keyspace>/<table>-<32 hex id>/[snapshots/<tag>/|backups/]`): the table directory is
+/// the one above `snapshots`/`backups`, else the file's own.
 fn names(data: &Path) -> (String, String) {
-    let dirs: Vec<&str> = data
-        .ancestors()
-        .skip(1)
-        .filter_map(|d| d.file_name().and_then(|n| n.to_str()))
-        .collect();
-    // The table directory is the one above `snapshots`/`backups`, else the file's own.
-    let t = dirs
-        .iter()
-        .position(|n| ASIDE.contains(n))
-        .map_or(0, |i| i + 1);
-    let table = dirs.get(t).copied().unwrap_or("");
-    let keyspace = dirs.get(t + 1).copied().unwrap_or("").to_string();
-    let table = match table.rsplit_once('-') {
-        Some((t, id)) if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) => t,
-        _ => table,
+    fn name(d: Option<&Path>) -> Option<&str> {
+        d.and_then(Path::file_name).and_then(|n| n.to_str())
+    }
+    let parent = data.parent();
+    let grand = parent.and_then(Path::parent);
+    let table_dir = if name(parent) == Some("backups") {
+        grand
+    } else if name(grand) == Some("snapshots") {
+        grand.and_then(Path::parent)
+    } else {
+        parent
     };
-    (keyspace, table.to_string())
+    table_dir
+        .and_then(crate::split::import_dir::keyspace_table_of_dir)
+        .unwrap_or_default()
 }
 
 /// The first partition's Data.db position and the Data.db size. An sstable without
@@ -240,6 +239,11 @@ mod tests {
         let p = PathBuf::from(format!("/d/ks/t-{id}/snapshots/tag-1/nb-1-big-Data.db"));
         assert_eq!(names(&p), ("ks".into(), "t".into()));
         let p = PathBuf::from(format!("/d/ks/t-{id}/backups/nb-1-big-Data.db"));
+        assert_eq!(names(&p), ("ks".into(), "t".into()));
+        // A data directory below a directory named like Cassandra's is not a snapshot.
+        let p = PathBuf::from(format!("/mnt/backups/data/ks/t-{id}/nb-1-big-Data.db"));
+        assert_eq!(names(&p), ("ks".into(), "t".into()));
+        let p = PathBuf::from(format!("/snapshots/x/ks/t-{id}/nb-1-big-Data.db"));
         assert_eq!(names(&p), ("ks".into(), "t".into()));
         // A directory without an id (a test's or a stage's) keeps its name.
         let p = PathBuf::from("/d/ks/t/nb-1-big-Data.db");
