@@ -89,7 +89,8 @@ public final class Oracle {
                     write(opts);
                     break;
                 case "dump":
-                    digest = "true".equals(opts.get("digest"));
+                    digest = "true".equals(opts.get("digest")) || "rows".equals(opts.get("digest"));
+                    rowDigest = "rows".equals(opts.get("digest"));
                     dump(opts.getOrDefault("mode", "both"), files);
                     break;
                 case "version":
@@ -495,6 +496,10 @@ public final class Oracle {
     }
 
     static void partition(TableMetadata md, UnfilteredRowIterator it) {
+        if (rowDigest) {
+            rows(md, it);
+            return;
+        }
         DecoratedKey k = it.partitionKey();
         StringBuilder b = new StringBuilder();
         boolean empty = true;
@@ -541,6 +546,49 @@ public final class Oracle {
                 + body);
     }
 
+    /**
+     * `--digest rows`: one digest item per row (and per partition deletion and static row),
+     * not per partition, so that the digest of a set of sstables does not change when a
+     * compaction or anticompaction merges one partition's rows from two sstables into one
+     * (CQLSSTableWriter splits a partition across sstables when its buffer fills). Empty
+     * partitions (cleave's fillers) add nothing.
+     */
+    static void rows(TableMetadata md, UnfilteredRowIterator it) {
+        DecoratedKey k = it.partitionKey();
+        String prefix = k.getToken() + "\t" + ByteBufferUtil.bytesToHex(k.getKey()) + "\t";
+        long t = (Long) k.getToken().getTokenValue();
+        List<String> items = new ArrayList<>();
+        if (!it.partitionLevelDeletion().isLive()) {
+            items.add("DEL " + it.partitionLevelDeletion());
+        }
+        Row st = it.staticRow();
+        if (st != null && !st.isEmpty()) {
+            items.add("STATIC " + st.toString(md, true));
+        }
+        while (it.hasNext()) {
+            Unfiltered u = it.next();
+            String us = u.toString(md, true);
+            if (u.clustering().size() == 0) {
+                us = us.replace("]: EMPTY | ", "]:  | ");
+            }
+            items.add(us);
+        }
+        if (items.isEmpty()) {
+            dEmpty++;
+            return;
+        }
+        for (String item : items) {
+            byte[] h = md5.digest((prefix + item.replace('\n', ' ')).getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            long x = ByteBuffer.wrap(h).getLong();
+            dCount++;
+            dSum += x;
+            dXor ^= x;
+        }
+        dMin = Math.min(dMin, t);
+        dMax = Math.max(dMax, t);
+    }
+
+    static boolean rowDigest;
     static boolean digest;
     static final java.security.MessageDigest md5;
     static {

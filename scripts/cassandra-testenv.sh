@@ -12,8 +12,8 @@
 #   scripts/cassandra-testenv.sh tool VERSION CLASS ARGS...
 #                                                       run a Cassandra class offline (client flags)
 #   scripts/cassandra-testenv.sh start VERSION DIR [--sstable-format big|bti]
-#                                  [--listen 127.0.0.N --seeds HOST:PORT,...] [--owner-pid PID]
-#                                  [--unsafe-system]
+#                                  [--listen 127.0.0.N --seeds HOST:PORT,...] [--initial-token T]
+#                                  [--owner-pid PID] [--unsafe-system]
 #                                                       fork a node with its data under DIR, wait
 #                                                       until CQL answers; prints DIR/cassandra.env
 #   scripts/cassandra-testenv.sh stop DIR               stop it (TERM to its process group, then KILL)
@@ -343,7 +343,7 @@ write_yaml() {
 
 cmd_start() {
   local v=$1 dir=$2; shift 2
-  local format=big listen=127.0.0.1 seeds="" owner="" token=0 extra=()
+  local format=big listen=127.0.0.1 seeds="" owner="" token=0 extra=() listen_given=0
   while [ $# -gt 0 ]; do
     case $1 in
       # Schema changes without flushing the system tables (DatabaseDescriptor.isUnsafeSystem,
@@ -352,7 +352,7 @@ cmd_start() {
       # in the commit log, and `stop` (TERM: drain) flushes everything.
       --unsafe-system) extra+=(-Dcassandra.unsafesystem=true); shift ;;
       --sstable-format) format=$2; shift 2 ;;
-      --listen) listen=$2; shift 2 ;;
+      --listen) listen=$2; listen_given=1; shift 2 ;;
       --seeds) seeds=$2; shift 2 ;;
       --owner-pid) owner=$2; shift 2 ;;
       --initial-token) token=$2; shift 2 ;;
@@ -360,6 +360,13 @@ cmd_start() {
     esac
   done
   need_installed "$v"
+  # A restart without --listen is the same node again: the address, seeds and token of its
+  # last start (a real node's cassandra.yaml does not change either).
+  if [ "$listen_given" = 0 ] && [ -f "$dir/cassandra.env" ]; then
+    listen=$(sed -n 's/^CQL_HOST=//p' "$dir/cassandra.env")
+    seeds=$(sed -n 's/^SEEDS=//p' "$dir/cassandra.env")
+    token=$(sed -n 's/^TOKEN=//p' "$dir/cassandra.env")
+  fi
   case $format in big|bti) ;; *) die "start: --sstable-format must be big or bti, not $format" ;; esac
   case $(line_of "$v") in 4.*) [ "$format" = big ] || die "start: Cassandra $v has no BTI format" ;; esac
   mkdir -p "$dir"
@@ -372,7 +379,13 @@ cmd_start() {
   local ports storage cql jmx
   ports=$(free_ports "$listen" 3)
   read -r storage cql jmx <<<"$ports"
+  # A restart keeps the node's storage port: its peers saved it (system.peers_v2) and name it
+  # as a seed, as they would a real node's unchanged cassandra.yaml.
+  if [ -f "$dir/cassandra.env" ] && [ "$(sed -n 's/^CQL_HOST=//p' "$dir/cassandra.env")" = "$listen" ]; then
+    storage=$(sed -n 's/^STORAGE_PORT=//p' "$dir/cassandra.env")
+  fi
   # A joining node (with --seeds) takes a random token unless one is given.
+  local own_seeds=$seeds
   if [ -z "$seeds" ]; then seeds="$listen:$storage"; elif [ "$token" = 0 ]; then token=""; fi
   write_yaml "$v" "$dir" "$listen" "$seeds" "$storage" "$cql" "$format" "$token"
   local java opts
@@ -399,6 +412,8 @@ PID=$pid
 DATA_DIR=$dir/data
 JAVA=$java
 LOG=$dir/node.log
+SEEDS=$own_seeds
+TOKEN=$token
 EOF
   if [ -n "$owner" ]; then
     # Watchdog: kill the node's group once the owner (a test process) is gone, even by SIGKILL.

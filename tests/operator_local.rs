@@ -292,7 +292,10 @@ fn parallelism_splits_that_many_sstables_at_once() {
         let mut st = JobStatus::default();
         let name = format!("par{want}");
         let (outcome, stats) = job::run(
-            &spec(p),
+            job::JobWork {
+                spec: &spec(p),
+                cut: &job::JobCut::Anticompaction,
+            },
             job::JobId {
                 name: &name,
                 uid: &name,

@@ -23,6 +23,74 @@ pub fn owned_ranges(
     endpoints: &[BTreeMap<String, String>],
     ring: &[RangeEndpoints],
 ) -> Result<Vec<Range>, Failure> {
+    let me = settled_local(endpoints)?;
+    let mut owned: Vec<Range> = Vec::new();
+    for r in ring {
+        let (start, end) = bounds(r)?;
+        // Replicas are `ip` or `ip:port` (Cassandra 4.0+ with_port addresses).
+        let mine = r.endpoints.iter().any(|e| {
+            e == me
+                || e.rsplit_once(':')
+                    .is_some_and(|(ip, _)| ip.trim_matches(['[', ']']) == me)
+        });
+        if mine {
+            // The range that wraps past the largest token: (start, MAX] and (MIN, end].
+            if start >= end {
+                owned.push((start, i64::MAX));
+                if end != i64::MIN {
+                    owned.push((i64::MIN, end));
+                }
+            } else {
+                owned.push((start, end));
+            }
+        }
+    }
+    owned.sort();
+    let mut merged: Vec<Range> = Vec::with_capacity(owned.len());
+    for (s, e) in owned {
+        match merged.last_mut() {
+            Some(last) if last.1 == s => last.1 = e,
+            _ => merged.push((s, e)),
+        }
+    }
+    Ok(merged)
+}
+
+/// Every token of the ring (the bounds of its ranges), sorted, without `MIN` (no range
+/// ends below it): a repair's ranges are unions of the ring's ranges, so an sstable cut at
+/// these tokens lies wholly inside or wholly outside any of them. Refuses a changing ring
+/// like [`owned_ranges`]: tokens of a ring in motion are not the next repair's.
+pub fn ring_tokens(
+    endpoints: &[BTreeMap<String, String>],
+    ring: &[RangeEndpoints],
+) -> Result<Vec<i64>, Failure> {
+    settled_local(endpoints)?;
+    let mut tokens = Vec::with_capacity(ring.len() * 2);
+    for r in ring {
+        let (start, end) = bounds(r)?;
+        tokens.extend([start, end]);
+    }
+    tokens.retain(|t| *t != i64::MIN);
+    tokens.sort_unstable();
+    tokens.dedup();
+    Ok(tokens)
+}
+
+fn bounds(r: &RangeEndpoints) -> Result<Range, Failure> {
+    match r.tokens[..] {
+        [start, end] => Ok((start, end)),
+        _ => Err(Failure::new(
+            Reason::ManagementApiFailed,
+            format!(
+                "/api/v2/tokens/rangetoendpoint: a range with {} tokens; expected 2",
+                r.tokens.len()
+            ),
+        )),
+    }
+}
+
+/// The local endpoint's address, once every endpoint is `NORMAL`.
+fn settled_local(endpoints: &[BTreeMap<String, String>]) -> Result<&str, Failure> {
     let changing: Vec<String> = endpoints
         .iter()
         .filter(|e| {
@@ -56,44 +124,7 @@ pub fn owned_ranges(
             format!("/api/v0/metadata/endpoints names {} local endpoints (IS_LOCAL=true with ENDPOINT_IP); expected one", local.len()),
         ));
     };
-    let mut owned: Vec<Range> = Vec::new();
-    for r in ring {
-        let [start, end] = r.tokens[..] else {
-            return Err(Failure::new(
-                Reason::ManagementApiFailed,
-                format!(
-                    "/api/v2/tokens/rangetoendpoint: a range with {} tokens; expected 2",
-                    r.tokens.len()
-                ),
-            ));
-        };
-        // Replicas are `ip` or `ip:port` (Cassandra 4.0+ with_port addresses).
-        let mine = r.endpoints.iter().any(|e| {
-            e == me
-                || e.rsplit_once(':')
-                    .is_some_and(|(ip, _)| ip.trim_matches(['[', ']']) == me)
-        });
-        if mine {
-            // The range that wraps past the largest token: (start, MAX] and (MIN, end].
-            if start >= end {
-                owned.push((start, i64::MAX));
-                if end != i64::MIN {
-                    owned.push((i64::MIN, end));
-                }
-            } else {
-                owned.push((start, end));
-            }
-        }
-    }
-    owned.sort();
-    let mut merged: Vec<Range> = Vec::with_capacity(owned.len());
-    for (s, e) in owned {
-        match merged.last_mut() {
-            Some(last) if last.1 == s => last.1 = e,
-            _ => merged.push((s, e)),
-        }
-    }
-    Ok(merged)
+    Ok(me)
 }
 
 #[cfg(test)]
@@ -138,6 +169,37 @@ mod tests {
         assert_eq!(
             owned_ranges(&eps, &ring).expect("wrap"),
             vec![(i64::MIN, -100), (100, i64::MAX)]
+        );
+    }
+
+    #[test]
+    fn ring_tokens_are_every_bound_sorted_without_min() {
+        let eps = [
+            ep("10.0.0.1", "NORMAL,-5", true),
+            ep("10.0.0.2", "NORMAL,5", false),
+        ];
+        let ring = [
+            r(100, i64::MIN, &["10.0.0.2"]),
+            r(-5, 5, &["10.0.0.2"]),
+            r(i64::MIN, -5, &["10.0.0.1"]),
+            r(5, 100, &["10.0.0.1"]),
+        ];
+        assert_eq!(ring_tokens(&eps, &ring).expect("ring"), vec![-5, 5, 100]);
+        let moving = [
+            ep("10.0.0.1", "NORMAL,-5", true),
+            ep("10.0.0.2", "MOVING,5", false),
+        ];
+        assert_eq!(
+            ring_tokens(&moving, &ring).expect_err("moving").reason,
+            Reason::RingChanging
+        );
+        let bad = [RangeEndpoints {
+            tokens: vec![1],
+            endpoints: vec![],
+        }];
+        assert_eq!(
+            ring_tokens(&eps, &bad).expect_err("one token").reason,
+            Reason::ManagementApiFailed
         );
     }
 

@@ -10,9 +10,9 @@ use std::time::Instant;
 use kube::ResourceExt;
 
 use super::core::{lease, now, restart, Ctx, Ended, Kind, Run, Store};
-use super::crd::{AnticompactionJob, JobStatus, Maintenance, Publish, SSTableResult};
+use super::crd::{AnticompactionJob, JobMode, JobStatus, Maintenance, Publish, SSTableResult};
 use super::decide::{self, TableClaim};
-use super::job::{self, Outcome, Step};
+use super::job::{self, JobCut, Outcome, Step};
 use super::metrics::Metrics;
 use super::schema::SpecProblem;
 use super::status::{self, Event};
@@ -58,6 +58,15 @@ impl Kind for AnticompactionJob {
             lease::finish(&mut lease, &run.key, started, &latest, Ended::Failed(f)).await;
             return;
         }
+        // The ring is read while Cassandra runs: before any window (a stopped node answers
+        // no ring query).
+        let cut = match job_cut(&self.spec, &ctx).await {
+            Ok(c) => c,
+            Err(f) => {
+                lease::finish(&mut lease, &run.key, started, &latest, Ended::Failed(f)).await;
+                return;
+            }
+        };
         let windowed = wants_window(&self.spec);
         if windowed {
             if let Err(f) = window::open(&self, &ctx, &mut lease, &mut latest, &data_dir).await {
@@ -69,7 +78,14 @@ impl Kind for AnticompactionJob {
             .then(|| window::deadline_of(ctx.window.as_ref(), &latest))
             .flatten();
         let (mut ended, mut last, hit) = self
-            .split(&ctx, &mut run, &mut lease, latest, &data_dir, deadline)
+            .split(
+                &ctx,
+                &mut run,
+                &mut lease,
+                latest,
+                (&data_dir, cut),
+                deadline,
+            )
             .await;
         if self.spec.publish == Publish::OnRestart {
             let dirs = job::table_dirs(&data_dir, &self.spec).unwrap_or_default();
@@ -135,6 +151,46 @@ impl window::Windowed for AnticompactionJob {
     }
 }
 
+/// Where the job cuts: the spec's ranges, or for `mode: PreSplit` every token of the
+/// keyspace's ring from the node's management API (refused while the ring changes).
+async fn job_cut<S: Store>(
+    spec: &crate::operator::crd::AnticompactionJobSpec,
+    ctx: &Ctx<S>,
+) -> Result<JobCut, Failure> {
+    if spec.mode != JobMode::PreSplit {
+        return Ok(JobCut::Anticompaction);
+    }
+    let Some(api) = ctx.window.as_ref() else {
+        return Err(Failure::new(
+            Reason::InvalidSpec,
+            "mode: PreSplit reads the ring from the sidecar's --management-api, which is not set; nothing was done",
+        ));
+    };
+    let endpoints = api.client.endpoints().await?;
+    let map = api.client.range_to_endpoint(&spec.keyspace).await?;
+    let tokens = crate::mgmt::ring::ring_tokens(&endpoints, &map)?;
+    if tokens.is_empty() {
+        return Err(Failure::new(
+            Reason::ManagementApiFailed,
+            format!(
+                "the ring of keyspace {} has no token: nothing to cut at; nothing was done",
+                spec.keyspace
+            ),
+        ));
+    }
+    tracing::info!(
+        tokens = tokens.len(),
+        "pre-split at the ring's tokens of keyspace {}",
+        spec.keyspace
+    );
+    Ok(JobCut::RingTokens(
+        tokens
+            .into_iter()
+            .map(crate::sstable::Token::Murmur3)
+            .collect(),
+    ))
+}
+
 /// `publish: Replace` with `maintenance: ManagementApi`, for real.
 fn wants_window(spec: &crate::operator::crd::AnticompactionJobSpec) -> bool {
     spec.publish == Publish::Replace
@@ -152,7 +208,7 @@ impl AnticompactionJob {
         run: &mut Run,
         lease: &mut lease::Lease<'_, S, AnticompactionJob>,
         mut latest: JobStatus,
-        data_dir: &Path,
+        (data_dir, cut): (&Path, JobCut),
         deadline: Option<i64>,
     ) -> (Ended, JobStatus, bool) {
         let generation = self.metadata.generation;
@@ -194,7 +250,10 @@ impl AnticompactionJob {
                 let _ = tx.send(s.clone());
             };
             let r = job::run(
-                &spec,
+                job::JobWork {
+                    spec: &spec,
+                    cut: &cut,
+                },
                 job::JobId {
                     name: &n2,
                     uid: &uid,

@@ -74,7 +74,16 @@ pub struct AnticompactionJobSpec {
     /// Explicit parents (Data.db file names); empty = every unrepaired sstable.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sstables: Vec<String>,
-    /// Token ranges the repair session covered, `(start, end]`; at least one.
+    /// `Anticompaction` (default): the repair session's `ranges` decide each child's repair
+    /// state. `PreSplit`: no repair yet; every unrepaired sstable is cut at the tokens of the
+    /// node's ring (read from the sidecar's `--management-api`), children keep the parent's
+    /// repair state, so that an incremental repair of any ring ranges later finds each
+    /// sstable wholly inside or outside them and only re-marks it (docs/repair.md).
+    #[serde(default)]
+    pub mode: JobMode,
+    /// Token ranges the repair session covered, `(start, end]`; at least one. None with
+    /// `mode: PreSplit`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(min = 1))]
     pub ranges: Vec<TokenRange>,
     /// Ranges this node holds as a transient replica (Cassandra 4.0+): their children get
@@ -154,6 +163,19 @@ pub struct AnticompactionJobSpec {
     #[serde(flatten)]
     #[schemars(skip)]
     pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// What an AnticompactionJob does to each unrepaired sstable.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum JobMode {
+    /// Children per label of `spec.ranges`, the repaired ones marked `repairedAt` or
+    /// `pendingRepair` (default).
+    #[default]
+    Anticompaction,
+    /// Children at every token of the keyspace's ring (the node's management API; a ring
+    /// with a joining, leaving or moving node is refused: RingChanging), each keeping the
+    /// parent's repair state. Murmur3 only; no ranges, repairedAt or pendingRepair.
+    PreSplit,
 }
 
 /// Where a CleanupJob learns the ranges its node owns.
@@ -822,6 +844,7 @@ impl AnticompactionJobSpec {
             keyspace: "ks".into(),
             tables: vec![],
             sstables: vec![],
+            mode: JobMode::Anticompaction,
             ranges: vec![TokenRange {
                 start: "0".into(),
                 end: "100".into(),
@@ -997,12 +1020,26 @@ fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
     ]);
     match kind {
         Kind::Job => {
+            // An anticompaction names its session's ranges and exactly one marker; a
+            // pre-split none of them (its tokens are the ring's).
+            let anticompaction = json!({"enum": ["Anticompaction"]});
             spec["oneOf"] = json!([
-                {"required": ["repairedAt"], "properties": {
+                {"required": ["repairedAt", "ranges"], "properties": {
                     "pendingRepair": {"not": {}},
                     "transientRanges": {"maxItems": 0},
+                    "mode": anticompaction,
                 }},
-                {"required": ["pendingRepair"], "properties": {"repairedAt": {"not": {}}}},
+                {"required": ["pendingRepair", "ranges"], "properties": {
+                    "repairedAt": {"not": {}},
+                    "mode": anticompaction,
+                }},
+                {"required": ["mode"], "properties": {
+                    "mode": {"enum": ["PreSplit"]},
+                    "repairedAt": {"not": {}},
+                    "pendingRepair": {"not": {}},
+                    "ranges": {"maxItems": 0},
+                    "transientRanges": {"maxItems": 0},
+                }},
             ]);
         }
         Kind::Stream => {

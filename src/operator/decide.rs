@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::core::Kind;
-use super::crd::{AnticompactionJobSpec, JobStatus, RangeStreamSpec};
+use super::crd::{AnticompactionJobSpec, JobMode, JobStatus, RangeStreamSpec};
 use super::schema::SpecProblem;
 use super::status;
 use crate::reason::{Failure, Reason};
@@ -70,6 +70,11 @@ pub fn job_checks(spec: &AnticompactionJobSpec) -> Vec<SpecProblem> {
         ));
     }
     v.extend(name_checks(&spec.keyspace, &spec.tables));
+    v.extend(common_job_checks(spec));
+    if spec.mode == JobMode::PreSplit {
+        v.extend(pre_split_checks(spec));
+        return v;
+    }
     if spec.ranges.is_empty() {
         v.push(SpecProblem::new(
             "spec.ranges",
@@ -99,16 +104,6 @@ pub fn job_checks(spec: &AnticompactionJobSpec) -> Vec<SpecProblem> {
         }
         _ => {}
     }
-    v.extend(parallelism_check(spec.parallelism));
-    if let Some(t) = spec.ttl_seconds_after_finished.filter(|t| *t < 0) {
-        v.push(SpecProblem::new(
-            "spec.ttlSecondsAfterFinished",
-            Reason::InvalidSpec,
-            format!("{t} is negative"),
-        ));
-    }
-    v.extend(rate_check(spec.max_bytes_per_second));
-    v.extend(target_check(spec.target_cassandra.as_deref()));
     let (full, mut bad) = token_checks("ranges", &spec.ranges, spec.partitioner);
     let (transient, bad_t) =
         token_checks("transientRanges", &spec.transient_ranges, spec.partitioner);
@@ -134,6 +129,53 @@ pub fn job_checks(spec: &AnticompactionJobSpec) -> Vec<SpecProblem> {
                 ),
             ));
         }
+    }
+    v
+}
+
+/// The checks of every AnticompactionJob, whatever its mode.
+fn common_job_checks(spec: &AnticompactionJobSpec) -> Vec<SpecProblem> {
+    let mut v = Vec::new();
+    v.extend(parallelism_check(spec.parallelism));
+    if let Some(t) = spec.ttl_seconds_after_finished.filter(|t| *t < 0) {
+        v.push(SpecProblem::new(
+            "spec.ttlSecondsAfterFinished",
+            Reason::InvalidSpec,
+            format!("{t} is negative"),
+        ));
+    }
+    v.extend(rate_check(spec.max_bytes_per_second));
+    v.extend(target_check(spec.target_cassandra.as_deref()));
+    v
+}
+
+/// A pre-split takes its tokens from the ring and keeps each parent's repair state: a
+/// field of an anticompaction would be silently ignored, so it is refused. The ring's
+/// tokens are Murmur3 (`/api/v2/tokens/rangetoendpoint` parses them as `Long`).
+fn pre_split_checks(spec: &AnticompactionJobSpec) -> Vec<SpecProblem> {
+    let mut v = Vec::new();
+    let set = [
+        ("spec.ranges", !spec.ranges.is_empty()),
+        ("spec.transientRanges", !spec.transient_ranges.is_empty()),
+        ("spec.repairedAt", spec.repaired_at.is_some()),
+        ("spec.pendingRepair", spec.pending_repair.is_some()),
+    ];
+    for (field, _) in set.iter().filter(|(_, on)| *on) {
+        v.push(SpecProblem::new(
+            *field,
+            Reason::InvalidSpec,
+            "is set with mode: PreSplit, which cuts at the ring's tokens and keeps each sstable's repair state",
+        ));
+    }
+    if spec.partitioner() != Partitioner::Murmur3 {
+        v.push(SpecProblem::new(
+            "spec.partitioner",
+            Reason::InvalidSpec,
+            format!(
+                "{:?} with mode: PreSplit: the management API's ring is in Murmur3 tokens",
+                spec.partitioner()
+            ),
+        ));
     }
     v
 }
@@ -574,6 +616,52 @@ mod tests {
     fn other_nodes_jobs_are_ignored() {
         assert_eq!(next(&job(spec(), None), "n2", "me", 0), Next::Ignore);
         assert_eq!(next(&job(spec(), None), "n1", "me", 0), Next::Run);
+    }
+
+    #[test]
+    fn a_pre_split_names_no_range_or_marker() {
+        let pre_split = || AnticompactionJobSpec {
+            mode: JobMode::PreSplit,
+            ranges: vec![],
+            repaired_at: None,
+            ..spec()
+        };
+        assert_eq!(job_checks(&pre_split()), vec![]);
+        for (field, s) in [
+            (
+                "spec.ranges",
+                AnticompactionJobSpec {
+                    ranges: spec().ranges,
+                    ..pre_split()
+                },
+            ),
+            (
+                "spec.repairedAt",
+                AnticompactionJobSpec {
+                    repaired_at: Some(1),
+                    ..pre_split()
+                },
+            ),
+            (
+                "spec.pendingRepair",
+                AnticompactionJobSpec {
+                    pending_repair: Some("6a3f4c2e-1d2b-11ef-9c4e-0242ac120002".into()),
+                    ..pre_split()
+                },
+            ),
+            (
+                "spec.partitioner",
+                AnticompactionJobSpec {
+                    partitioner: Some(Partitioner::Random),
+                    ..pre_split()
+                },
+            ),
+        ] {
+            let problems = job_checks(&s);
+            assert_eq!(problems.len(), 1, "{field}: {problems:?}");
+            assert_eq!(problems[0].field, field);
+            assert_eq!(problems[0].reason, Reason::InvalidSpec);
+        }
     }
 
     #[test]

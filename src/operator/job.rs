@@ -18,6 +18,7 @@ use crate::split::spec::Cut;
 use crate::split::{self, Parent, Policy, PublishError, SplitError, SplitReport, Target};
 use crate::sstable::statistics::Statistics;
 use crate::sstable::{Component, Descriptor, Format};
+use crate::sstable::{Partitioner, Token};
 
 pub use crate::split::import_dir::STAGED_DIR;
 
@@ -358,8 +359,31 @@ pub fn target_cassandra(
 /// Splits one parent: the one call into the split engine. `OnRestart` stages the children
 /// in the table's pending directory under `job_uid` and records them in its intent
 /// (`split::intent`); the parent stays live.
+/// Where a job cuts its parents, settled before the run: the ring comes from the
+/// management API (asynchronously), the ranges from the spec.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobCut {
+    /// `spec.ranges`, labelled by the session (`mode: Anticompaction`), validated against
+    /// each parent's partitioner.
+    Anticompaction,
+    /// Every token of the ring (`mode: PreSplit`, `mgmt::ring::ring_tokens`): children keep
+    /// the parent's repair state.
+    RingTokens(Vec<Token>),
+}
+
+impl JobCut {
+    /// The `split` cut of one parent.
+    fn of(&self, spec: &AnticompactionJobSpec, partitioner: Partitioner) -> Result<Cut, Failure> {
+        Ok(match self {
+            JobCut::Anticompaction => Cut::Ranges(decide::validate_ranges(spec, partitioner)?),
+            JobCut::RingTokens(tokens) => Cut::Tokens(tokens.clone()),
+        })
+    }
+}
+
 fn split_one(
     spec: &AnticompactionJobSpec,
+    job_cut: &JobCut,
     job_name: &str,
     job_uid: &str,
     parent: &Path,
@@ -400,8 +424,7 @@ fn split_one(
     let opened = Parent::open(parent).map_err(|e| undo(SplitError::from(e).into()))?;
     decide::check_partitioner(spec.partitioner, opened.table().partitioner)
         .map_err(|m| undo(Failure::new(Reason::InvalidSpec, m)))?;
-    let ranges = decide::validate_ranges(spec, opened.table().partitioner).map_err(undo)?;
-    let cut = Cut::Ranges(ranges);
+    let cut = job_cut.of(spec, opened.table().partitioner).map_err(undo)?;
     let report = if spec.publish == Publish::OnRestart && !spec.dry_run {
         split::intent::split_pending(&opened, &cut, &policy, job_uid, &lock)?.split
     } else {
@@ -462,6 +485,13 @@ pub struct JobId<'a> {
     pub uid: &'a str,
 }
 
+/// What a run does: the spec, and where it cuts each parent.
+#[derive(Debug, Clone, Copy)]
+pub struct JobWork<'a> {
+    pub spec: &'a AnticompactionJobSpec,
+    pub cut: &'a JobCut,
+}
+
 /// How a run went, beyond its outcome (tests and logs).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RunStats {
@@ -475,7 +505,7 @@ pub struct RunStats {
 /// Up to `spec.parallelism` parents are split at once, sharing one `maxBytesPerSecond`
 /// bucket. With the outcome, how the run went (`RunStats`).
 pub fn run(
-    spec: &AnticompactionJobSpec,
+    work: JobWork<'_>,
     job: JobId<'_>,
     data_dir: &Path,
     status: &mut JobStatus,
@@ -483,6 +513,7 @@ pub fn run(
     limits: &NodeLimits,
     on_step: &mut dyn FnMut(Step<'_>, &JobStatus),
 ) -> Result<(Outcome, RunStats), Failure> {
+    let JobWork { spec, cut } = work;
     let JobId {
         name: job_name,
         uid: job_uid,
@@ -552,7 +583,15 @@ pub fn run(
                 let Some(parent) = next else { return };
                 let n = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                 max_in_flight.fetch_max(n, Ordering::SeqCst);
-                let r = split_one(spec, job_name, job_uid, &parent, throttle, limits.cassandra);
+                let r = split_one(
+                    spec,
+                    cut,
+                    job_name,
+                    job_uid,
+                    &parent,
+                    throttle,
+                    limits.cassandra,
+                );
                 in_flight.fetch_sub(1, Ordering::SeqCst);
                 if tx.send(r).is_err() {
                     return;

@@ -482,10 +482,29 @@ impl Oracle {
     /// `dump --digest true`: per file, the summary of its index and linear passes
     /// (`Summary`), without holding any row.
     pub fn dump_digest(&self, files: &[PathBuf]) -> Vec<(Pass, PathBuf, Summary)> {
+        self.digests(files, "both", "true")
+    }
+
+    /// `dump --mode linear --digest rows`: one summary of every row of `files` (each row
+    /// hashed alone, so the sum over a table's sstables does not change when Cassandra
+    /// merges one partition's rows from two sstables into one; `empty` counts partitions
+    /// without a row, cleave's fillers).
+    pub fn row_digest(&self, files: &[PathBuf]) -> Summary {
+        self.digests(files, "linear", "rows")
+            .into_iter()
+            .fold(Summary::default(), |a, (_, _, s)| a.add(s))
+    }
+
+    fn digests(
+        &self,
+        files: &[PathBuf],
+        mode: &str,
+        digest: &str,
+    ) -> Vec<(Pass, PathBuf, Summary)> {
         let out = self
             .java()
             .arg("dump")
-            .args(["--mode", "both", "--digest", "true"])
+            .args(["--mode", mode, "--digest", digest])
             .args(files)
             .output()
             .unwrap();

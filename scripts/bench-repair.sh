@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# What a zero-copy pre-split at the ring's tokens saves an incremental repair on stock Cassandra
+# (issue 36; docs/repair.md, docs/benchmarks.md "Issue 36"):
+#
+#   scripts/bench-repair.sh SIZE [VERSION...]     e.g. scripts/bench-repair.sh 256MiB 5.0.9 4.1.10
+#
+# Per version, on an XFS loop mount with reflink: a two-node loopback cluster (A 127.0.0.1 token 0,
+# B 127.0.0.2 token 2^62; RF 2, so both nodes hold every row), two tables of the same rows
+# (Cassandra's own CQLSSTableWriter, family blob_ck: pk blob, ck bigint, v text; LZ4, 16 KiB
+# chunks), imported into both nodes, compaction disabled in the schema so that only the repair
+# moves sstables:
+#   - `plain`:    as imported;
+#   - `presplit`: both nodes stopped, every sstable split by `cleave split --tokens <every ring
+#                 token> --publish replace --target-cassandra VERSION` (zero-copy), nodes started.
+# Both tables see the same restart. Then `nodetool repair -pr oracle TABLE` (incremental, the
+# default since 2.2) on A, then on B, for each table; per table and node Cassandra's own metrics
+# BytesAnticompacted and BytesMutatedAnticompaction (TableMetrics, read by `nodetool sjk mx`),
+# the node's bytes written (/proc/PID/io) over the repairs, the sstable count and the repair's
+# wall. Rows are judged by Cassandra's own reader: per node and table, `Oracle dump --digest`
+# of every sstable (count, sum and xor of an MD5 of each row; filler partitions are
+# empty and not counted) before the repairs and after must be equal, and equal between the nodes.
+#
+# Environment: IMAGE (loop image size, default 24G), CLEAVE (default target/release/cleave),
+# VALUE_BYTES (default 1024). Needs root, xfsprogs, losetup, scripts/cassandra-testenv.sh install.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/sbin:/sbin"
+SIZE=${1:?usage: $0 SIZE [VERSION...]}
+shift
+VERSIONS=("$@")
+[ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(5.0.9 4.1.10)
+CT=$PWD/scripts/cassandra-testenv.sh
+CLEAVE=$(realpath "${CLEAVE:-target/release/cleave}")
+VALUE_BYTES=${VALUE_BYTES:-1024}
+ROWS=16
+FAMILY=blob_ck
+TOKEN_B=4611686018427387904
+TABLES=(plain presplit)
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/cleave-bench-repair.XXXXXX")
+IMG=$WORK/xfs.img
+MNT=$WORK/mnt
+DEV=
+NODES=()
+cleanup() {
+  local n i
+  # B before A: A is B's seed.
+  for ((i = ${#NODES[@]} - 1; i >= 0; i--)); do "$CT" stop "${NODES[$i]}" >/dev/null 2>&1 || true; done
+  mountpoint -q "$MNT" && umount "$MNT"
+  [ -n "$DEV" ] && losetup -d "$DEV"
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+truncate -s "${IMAGE:-24G}" "$IMG"
+DEV=$(losetup -f --show "$IMG")
+mkfs.xfs -q -m reflink=1 "$DEV"
+mkdir -p "$MNT"
+mount "$DEV" "$MNT"
+
+log() { printf '# %s\n' "$*" >&2; }
+env_of() { (set -a; . "$1/cassandra.env"; printf '%s\n' "${!2}"); }
+bytes_of() {
+  python3 -c "import re,sys; m=re.fullmatch(r'(\d+)(GiB|MiB)', sys.argv[1]); print(int(m[1]) << (30 if m[2]=='GiB' else 20))" "$1"
+}
+node_written() { # NODE_DIR -> bytes the node's JVM has written so far
+  awk '/^write_bytes/ {print $2}' "/proc/$(env_of "$1" PID)/io"
+}
+table_dir() { ls -d "$(env_of "$1" DATA_DIR)/oracle/$2"-*; }
+
+# metric NODE TABLE NAME: the Count of a TableMetrics meter/counter, through nodetool's sjk.
+metric() {
+  local out
+  out=$("$CT" nodetool "$1" sjk mx -mg -b "org.apache.cassandra.metrics:type=Table,keyspace=oracle,scope=$2,name=$3" -f Count 2>&1) \
+    || { echo "$out" >&2; echo "sjk mx failed for $3" >&2; exit 1; }
+  printf '%s\n' "$out" | grep -Eo '^[0-9]+' | tail -1
+}
+
+# digest V NODE TABLE: Cassandra's own reader over every sstable of the table on that node; one
+# line "count sum xor" combined over the files (sum mod 2^64, xor), and the number of sstables.
+digest() {
+  local v=$1 node=$2 t=$3 files
+  mapfile -t files < <(ls "$(table_dir "$node" "$t")"/*-Data.db)
+  "$JAVA" "${CLIENT_OPTS[@]}" -cp "$CLASSES:$CP" Oracle dump --digest rows --mode linear "${files[@]}" 2>"$WORK/dump.log" \
+    | python3 -c '
+import sys, re
+c = s = x = 0
+for l in sys.stdin:
+    m = re.match(r"## count=(\d+) empty=\d+ min=-?\d+ max=-?\d+ sum=(\d+) xor=(\d+)", l)
+    if m:
+        c += int(m[1]); s = (s + int(m[2])) % 2**64; x ^= int(m[3])
+print(c, s, x, sys.argv[1])' "${#files[@]}"
+}
+
+run_version() {
+  local v=$1 bytes partitions gen a b t n f td before after w0 w1 t0 t1
+  JAVA=$("$CT" java "$v")
+  CP=$("$CT" classpath "$v")
+  read -r -a CLIENT_OPTS <<<"$("$CT" jvm-opts "$v" client)"
+  CLASSES=$WORK/classes-$v
+  mkdir -p "$CLASSES"
+  javac -nowarn --release 11 -cp "$CP" -d "$CLASSES" oracle/Oracle.java 2>"$WORK/javac.log" \
+    || { cat "$WORK/javac.log"; exit 1; }
+  bytes=$(bytes_of "$SIZE")
+  partitions=$(( bytes * 2 / (ROWS + 1) / (VALUE_BYTES + 24) ))
+  gen=$MNT/gen-$v/$FAMILY
+  log "$v: writing $SIZE of content ($partitions partitions) with CQLSSTableWriter"
+  "$JAVA" "${CLIENT_OPTS[@]}" -cp "$CLASSES:$CP" Oracle write --out "$gen" --family "$FAMILY" \
+    --partitions "$partitions" --rows "$ROWS" --value-bytes "$VALUE_BYTES" --seed 1 >&2
+  a=$MNT/$v-a
+  b=$MNT/$v-b
+  mkdir -p "$a" "$b"
+  "$CT" start "$v" "$a" >/dev/null
+  NODES+=("$a")
+  "$CT" start "$v" "$b" --listen 127.0.0.2 --seeds "127.0.0.1:$(env_of "$a" STORAGE_PORT)" \
+    --initial-token "$TOKEN_B" >/dev/null
+  NODES+=("$b")
+  "$CT" cql "$a" "CREATE KEYSPACE oracle WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 2}" >/dev/null
+  for t in "${TABLES[@]}"; do
+    "$CT" cql "$a" "CREATE TABLE oracle.$t (pk blob, ck bigint, v text, PRIMARY KEY (pk, ck)) WITH compression = {'class': 'LZ4Compressor', 'chunk_length_in_kb': 16} AND compaction = {'class': 'SizeTieredCompactionStrategy', 'enabled': 'false'}" >/dev/null
+    for n in "$a" "$b"; do
+      # 5.0's import takes the table from the directory's name.
+      mkdir -p "$WORK/import/$t"
+      cp --reflink=always "$gen"/* "$WORK/import/$t/" 2>/dev/null || cp "$gen"/* "$WORK/import/$t/"
+      "$CT" nodetool "$n" import oracle "$t" "$WORK/import/$t" >&2
+      rm -rf "$WORK/import/$t"
+    done
+  done
+  rm -rf "$(dirname "$gen")"
+  "$CT" nodetool "$a" status >&2
+  for n in "$b" "$a"; do "$CT" stop "$n" >/dev/null; done
+  log "$v: pre-split of every presplit sstable at the ring's tokens 0,$TOKEN_B (nodes stopped)"
+  for n in "$a" "$b"; do
+    td=$(table_dir "$n" presplit)
+    for f in "$td"/*-Data.db; do
+      /usr/bin/time -f "%e s wall, %U s user, %S s sys, %M KiB peak" "$CLEAVE" split "$f" \
+        --tokens "0,$TOKEN_B" --publish replace --out "$td" --target-cassandra "$v" >/dev/null
+    done
+  done
+  for n in "$a" "$b"; do "$CT" start "$v" "$n" >/dev/null; done
+  printf 'version\ttable\tnode\tsstables_before\tsstables_after\tbytes_anticompacted\tbytes_mutated\tnode_written_mib\trepair_wall_s\trows_equal\n'
+  for t in "${TABLES[@]}"; do
+    declare -A BEFORE=() W0=()
+    for n in "$a" "$b"; do
+      BEFORE[$n]=$(digest "$v" "$n" "$t")
+      W0[$n]=$(node_written "$n")
+    done
+    [ "${BEFORE[$a]% *}" = "${BEFORE[$b]% *}" ] || { echo "nodes differ before repair: ${BEFORE[*]}" >&2; exit 1; }
+    t0=$(date +%s.%N)
+    for n in "$a" "$b"; do "$CT" nodetool "$n" repair -pr oracle "$t" >&2; done
+    t1=$(date +%s.%N)
+    for n in "$a" "$b"; do
+      w1=$(node_written "$n")
+      after=$(digest "$v" "$n" "$t")
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.2f\t%s\n' "$v" "$t" "$(basename "$n")" \
+        "${BEFORE[$n]##* }" "${after##* }" "$(metric "$n" "$t" BytesAnticompacted)" \
+        "$(metric "$n" "$t" BytesMutatedAnticompaction)" \
+        "$(python3 -c "print(($w1 - ${W0[$n]}) / 2**20)")" "$(python3 -c "print($t1 - $t0)")" \
+        "$([ "${after% *}" = "${BEFORE[$n]% *}" ] && echo yes || echo "NO: ${BEFORE[$n]} -> $after")"
+      [ "${after% *}" = "${BEFORE[$n]% *}" ] || exit 1
+    done
+    unset BEFORE W0
+  done
+  for n in "$b" "$a"; do "$CT" stop "$n" >/dev/null; done
+}
+
+echo "# $(uname -r), $(nproc) cores, loop $DEV on $(df --output=source "$WORK" | tail -1), $SIZE of content a table, load $(cut -d' ' -f1-3 /proc/loadavg)"
+for v in "${VERSIONS[@]}"; do run_version "$v"; done
