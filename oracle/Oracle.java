@@ -496,34 +496,17 @@ public final class Oracle {
     }
 
     static void partition(TableMetadata md, UnfilteredRowIterator it) {
+        DecoratedKey k = it.partitionKey();
+        List<String> items = items(md, it);
         if (rowDigest) {
-            rows(md, it);
+            rowDigest(k, items);
             return;
         }
-        DecoratedKey k = it.partitionKey();
         StringBuilder b = new StringBuilder();
-        boolean empty = true;
-        if (!it.partitionLevelDeletion().isLive()) {
-            b.append("DEL ").append(it.partitionLevelDeletion()).append(" | ");
-            empty = false;
+        for (String item : items) {
+            b.append(item).append(" | ");
         }
-        Row st = it.staticRow();
-        if (st != null && !st.isEmpty()) {
-            b.append("STATIC ").append(st.toString(md, true)).append(" | ");
-            empty = false;
-        }
-        while (it.hasNext()) {
-            Unfiltered u = it.next();
-            String us = u.toString(md, true);
-            // A table without clustering columns: the linear scanner's rows carry
-            // Clustering.EMPTY ("EMPTY"), the per-key reads a zero-length clustering ("");
-            // the same row, so one spelling.
-            if (u.clustering().size() == 0) {
-                us = us.replace("]: EMPTY | ", "]:  | ");
-            }
-            b.append(us).append(" | ");
-            empty = false;
-        }
+        boolean empty = items.isEmpty();
         String body = empty ? "EMPTY" : b.toString().replace('\n', ' ');
         if (digest) {
             long t = (Long) k.getToken().getTokenValue();
@@ -553,10 +536,26 @@ public final class Oracle {
      * (CQLSSTableWriter splits a partition across sstables when its buffer fills). Empty
      * partitions (cleave's fillers) add nothing.
      */
-    static void rows(TableMetadata md, UnfilteredRowIterator it) {
-        DecoratedKey k = it.partitionKey();
+    static void rowDigest(DecoratedKey k, List<String> items) {
+        if (items.isEmpty()) {
+            dEmpty++;
+            return;
+        }
         String prefix = k.getToken() + "\t" + ByteBufferUtil.bytesToHex(k.getKey()) + "\t";
+        for (String item : items) {
+            byte[] h = md5.digest((prefix + item.replace('\n', ' ')).getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            long x = ByteBuffer.wrap(h).getLong();
+            dCount++;
+            dSum += x;
+            dXor ^= x;
+        }
         long t = (Long) k.getToken().getTokenValue();
+        dMin = Math.min(dMin, t);
+        dMax = Math.max(dMax, t);
+    }
+
+    /** The partition's deletion, static row and unfiltereds, each as Cassandra spells it. */
+    static List<String> items(TableMetadata md, UnfilteredRowIterator it) {
         List<String> items = new ArrayList<>();
         if (!it.partitionLevelDeletion().isLive()) {
             items.add("DEL " + it.partitionLevelDeletion());
@@ -568,24 +567,15 @@ public final class Oracle {
         while (it.hasNext()) {
             Unfiltered u = it.next();
             String us = u.toString(md, true);
+            // A table without clustering columns: the linear scanner's rows carry
+            // Clustering.EMPTY ("EMPTY"), the per-key reads a zero-length clustering ("");
+            // the same row, so one spelling.
             if (u.clustering().size() == 0) {
                 us = us.replace("]: EMPTY | ", "]:  | ");
             }
             items.add(us);
         }
-        if (items.isEmpty()) {
-            dEmpty++;
-            return;
-        }
-        for (String item : items) {
-            byte[] h = md5.digest((prefix + item.replace('\n', ' ')).getBytes(java.nio.charset.StandardCharsets.UTF_8));
-            long x = ByteBuffer.wrap(h).getLong();
-            dCount++;
-            dSum += x;
-            dXor ^= x;
-        }
-        dMin = Math.min(dMin, t);
-        dMax = Math.max(dMax, t);
+        return items;
     }
 
     static boolean rowDigest;

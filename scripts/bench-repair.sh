@@ -11,8 +11,12 @@
 # moves sstables:
 #   - `plain`:    as imported;
 #   - `presplit`: both nodes stopped, every sstable split by `cleave split --tokens <every ring
-#                 token> --publish replace --target-cassandra VERSION` (zero-copy), nodes started.
-# Both tables see the same restart. Then `nodetool repair -pr oracle TABLE` (incremental, the
+#                 token> --publish replace --target-cassandra VERSION` (zero-copy), nodes started;
+#   - `stcs`, `lcs` (and `ucs` on 5.0): pre-split the same way, then after the restart their
+#                 compaction is switched on (`ALTER TABLE ... WITH compaction`) and left to
+#                 settle (no pending or active compaction) before the repair: what each
+#                 strategy does to the alignment before a repair comes.
+# Every table sees the same restart. Then `nodetool repair -pr oracle TABLE` (incremental, the
 # default since 2.2) on A, then on B, for each table; per table and node Cassandra's own metrics
 # BytesAnticompacted and BytesMutatedAnticompaction (TableMetrics, read by `nodetool sjk mx`),
 # the node's bytes written (/proc/PID/io) over the repairs, the sstable count and the repair's
@@ -35,7 +39,7 @@ VALUE_BYTES=${VALUE_BYTES:-1024}
 ROWS=16
 FAMILY=blob_ck
 TOKEN_B=4611686018427387904
-TABLES=(plain presplit)
+
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cleave-bench-repair.XXXXXX")
 IMG=$WORK/xfs.img
@@ -91,6 +95,24 @@ for l in sys.stdin:
 print(c, s, x, sys.argv[1])' "${#files[@]}"
 }
 
+# settle NODE...: until no node has a compaction pending or running (checked every 5 s).
+settle() {
+  local i n ok stats
+  for i in $(seq 1 360); do
+    sleep 5
+    ok=1
+    for n in "$@"; do
+      stats=$("$CT" nodetool "$n" compactionstats)
+      # 4.1 prints "pending tasks: 0", 5.0 a table row "pending tasks   0".
+      grep -Eq '^pending tasks:?[[:space:]]+0([[:space:]]|$)' <<<"$stats" || ok=0
+      grep -q 'oracle' <<<"$stats" && ok=0
+    done
+    [ $ok = 1 ] && return 0
+  done
+  echo "compaction did not settle within 30 minutes" >&2
+  exit 1
+}
+
 run_version() {
   local v=$1 bytes partitions gen a b t n f td before after w0 w1 t0 t1
   JAVA=$("$CT" java "$v")
@@ -100,6 +122,8 @@ run_version() {
   mkdir -p "$CLASSES"
   javac -nowarn --release 11 -cp "$CP" -d "$CLASSES" oracle/Oracle.java 2>"$WORK/javac.log" \
     || { cat "$WORK/javac.log"; exit 1; }
+  TABLES=(plain presplit stcs lcs)
+  case $v in 5.*) TABLES+=(ucs) ;; esac
   bytes=$(bytes_of "$SIZE")
   partitions=$(( bytes * 2 / (ROWS + 1) / (VALUE_BYTES + 24) ))
   gen=$MNT/gen-$v/$FAMILY
@@ -128,15 +152,30 @@ run_version() {
   rm -rf "$(dirname "$gen")"
   "$CT" nodetool "$a" status >&2
   for n in "$b" "$a"; do "$CT" stop "$n" >/dev/null; done
-  log "$v: pre-split of every presplit sstable at the ring's tokens 0,$TOKEN_B (nodes stopped)"
-  for n in "$a" "$b"; do
-    td=$(table_dir "$n" presplit)
-    for f in "$td"/*-Data.db; do
-      /usr/bin/time -f "%e s wall, %U s user, %S s sys, %M KiB peak" "$CLEAVE" split "$f" \
-        --tokens "0,$TOKEN_B" --publish replace --out "$td" --target-cassandra "$v" >/dev/null
+  log "$v: pre-split of every sstable but plain's at the ring's tokens 0,$TOKEN_B (nodes stopped)"
+  for t in "${TABLES[@]:1}"; do
+    for n in "$a" "$b"; do
+      td=$(table_dir "$n" "$t")
+      for f in "$td"/*-Data.db; do
+        /usr/bin/time -f "$t: %e s wall, %U s user, %S s sys, %M KiB peak" "$CLEAVE" split "$f" \
+          --tokens "0,$TOKEN_B" --publish replace --out "$td" --target-cassandra "$v" >/dev/null
+      done
     done
   done
   for n in "$a" "$b"; do "$CT" start "$v" "$n" >/dev/null; done
+  for t in "${TABLES[@]:2}"; do
+    local class=${t^^}
+    case $t in stcs) class=SizeTieredCompactionStrategy ;; lcs) class=LeveledCompactionStrategy ;;
+      ucs) class=UnifiedCompactionStrategy ;; esac
+    "$CT" cql "$a" "ALTER TABLE oracle.$t WITH compaction = {'class': '$class'}" >/dev/null
+  done
+  if [ ${#TABLES[@]} -gt 2 ]; then
+    log "$v: compaction on for ${TABLES[*]:2}; waiting until both nodes have none pending or active"
+    settle "$a" "$b"
+    for t in "${TABLES[@]}"; do
+      log "$v: $t before the repair: $(ls "$(table_dir "$a" "$t")"/*-Data.db | wc -l) sstables on A"
+    done
+  fi
   printf 'version\ttable\tnode\tsstables_before\tsstables_after\tbytes_anticompacted\tbytes_mutated\tnode_written_mib\trepair_wall_s\trows_equal\n'
   for t in "${TABLES[@]}"; do
     declare -A BEFORE=() W0=()
@@ -148,8 +187,12 @@ run_version() {
     t0=$(date +%s.%N)
     for n in "$a" "$b"; do "$CT" nodetool "$n" repair -pr oracle "$t" >&2; done
     t1=$(date +%s.%N)
+    declare -A W1=()
+    for n in "$a" "$b"; do W1[$n]=$(node_written "$n"); done
+    # What the repair's sstables set off runs before the rows are read again.
+    case $t in plain|presplit) ;; *) settle "$a" "$b" ;; esac
     for n in "$a" "$b"; do
-      w1=$(node_written "$n")
+      w1=${W1[$n]}
       after=$(digest "$v" "$n" "$t")
       printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.2f\t%s\n' "$v" "$t" "$(basename "$n")" \
         "${BEFORE[$n]##* }" "${after##* }" "$(metric "$n" "$t" BytesAnticompacted)" \
@@ -158,7 +201,7 @@ run_version() {
         "$([ "${after% *}" = "${BEFORE[$n]% *}" ] && echo yes || echo "NO: ${BEFORE[$n]} -> $after")"
       [ "${after% *}" = "${BEFORE[$n]% *}" ] || exit 1
     done
-    unset BEFORE W0
+    unset BEFORE W0 W1
   done
   for n in "$b" "$a"; do "$CT" stop "$n" >/dev/null; done
 }

@@ -344,6 +344,7 @@ write_yaml() {
 cmd_start() {
   local v=$1 dir=$2; shift 2
   local format=big listen=127.0.0.1 seeds="" owner="" token=0 extra=() listen_given=0
+  local seeds_given=0 token_given=0
   while [ $# -gt 0 ]; do
     case $1 in
       # Schema changes without flushing the system tables (DatabaseDescriptor.isUnsafeSystem,
@@ -353,19 +354,23 @@ cmd_start() {
       --unsafe-system) extra+=(-Dcassandra.unsafesystem=true); shift ;;
       --sstable-format) format=$2; shift 2 ;;
       --listen) listen=$2; listen_given=1; shift 2 ;;
-      --seeds) seeds=$2; shift 2 ;;
+      --seeds) seeds=$2; seeds_given=1; shift 2 ;;
       --owner-pid) owner=$2; shift 2 ;;
-      --initial-token) token=$2; shift 2 ;;
+      --initial-token) token=$2; token_given=1; shift 2 ;;
       *) die "start: unknown option $1" ;;
     esac
   done
   need_installed "$v"
   # A restart without --listen is the same node again: the address, seeds and token of its
-  # last start (a real node's cassandra.yaml does not change either).
+  # last start (a real node's cassandra.yaml does not change either), each unless given.
   if [ "$listen_given" = 0 ] && [ -f "$dir/cassandra.env" ]; then
     listen=$(sed -n 's/^CQL_HOST=//p' "$dir/cassandra.env")
-    seeds=$(sed -n 's/^SEEDS=//p' "$dir/cassandra.env")
-    token=$(sed -n 's/^TOKEN=//p' "$dir/cassandra.env")
+    if [ "$seeds_given" = 0 ] && grep -q '^SEEDS=' "$dir/cassandra.env"; then
+      seeds=$(sed -n 's/^SEEDS=//p' "$dir/cassandra.env")
+    fi
+    if [ "$token_given" = 0 ] && grep -q '^TOKEN=' "$dir/cassandra.env"; then
+      token=$(sed -n 's/^TOKEN=//p' "$dir/cassandra.env")
+    fi
   fi
   case $format in big|bti) ;; *) die "start: --sstable-format must be big or bti, not $format" ;; esac
   case $(line_of "$v") in 4.*) [ "$format" = big ] || die "start: Cassandra $v has no BTI format" ;; esac
@@ -376,14 +381,19 @@ cmd_start() {
     [ -n "$old" ] && kill -0 "$old" 2>/dev/null && die "a node already runs from $dir (pid $old)"
   fi
   mkdir -p "$dir"/{data,commitlog,saved_caches,hints,cdc_raw,logs}
-  local ports storage cql jmx
-  ports=$(free_ports "$listen" 3)
-  read -r storage cql jmx <<<"$ports"
+  local ports storage cql jmx old_storage=""
   # A restart keeps the node's storage port: its peers saved it (system.peers_v2) and name it
   # as a seed, as they would a real node's unchanged cassandra.yaml.
   if [ -f "$dir/cassandra.env" ] && [ "$(sed -n 's/^CQL_HOST=//p' "$dir/cassandra.env")" = "$listen" ]; then
-    storage=$(sed -n 's/^STORAGE_PORT=//p' "$dir/cassandra.env")
+    old_storage=$(sed -n 's/^STORAGE_PORT=//p' "$dir/cassandra.env")
   fi
+  # The stopped node released its storage port: the kernel may offer it again for CQL or JMX.
+  while :; do
+    ports=$(free_ports "$listen" 3)
+    read -r storage cql jmx <<<"$ports"
+    [ -n "$old_storage" ] || break
+    [ "$cql" != "$old_storage" ] && [ "$jmx" != "$old_storage" ] && { storage=$old_storage; break; }
+  done
   # A joining node (with --seeds) takes a random token unless one is given.
   local own_seeds=$seeds
   if [ -z "$seeds" ]; then seeds="$listen:$storage"; elif [ "$token" = 0 ]; then token=""; fi

@@ -89,6 +89,21 @@ fn malformed_specs_are_refused_by_kubectl_apply_naming_the_field() {
     // says about it)
     let cases: Vec<(&str, String, Vec<&str>, &str)> = vec![
         (
+            "a pre-split with the ranges of a session",
+            job_yaml(
+                "bad-presplit-ranges",
+                &format!("  mode: PreSplit\n  publish: OnRestart\n{ranges}"),
+            ),
+            vec!["spec.ranges"],
+            "at most 0 items",
+        ),
+        (
+            "a pre-split published by Stage",
+            job_yaml("bad-presplit-stage", "  mode: PreSplit\n  publish: Stage\n"),
+            vec!["spec.publish"],
+            "Unsupported value",
+        ),
+        (
             "ranges: []",
             job_yaml("bad-ranges", &format!("  ranges: []\n{marker}")),
             vec!["spec.ranges"],

@@ -122,10 +122,16 @@ fn bases(kind: &str) -> Vec<Value> {
             });
             let mut repaired = common.clone();
             repaired["repairedAt"] = json!(1_767_225_600_000_i64);
-            let mut pending = common;
+            let mut pending = common.clone();
             pending["pendingRepair"] = json!(UUID);
             pending["transientRanges"] = json!([{"start": "200", "end": "300"}]);
-            vec![repaired, pending]
+            let mut pre_split = common;
+            for f in ["ranges", "maintenance", "maxDowntimeSeconds"] {
+                pre_split.as_object_mut().unwrap().remove(f);
+            }
+            pre_split["mode"] = json!("PreSplit");
+            pre_split["publish"] = json!("OnRestart");
+            vec![repaired, pending, pre_split]
         }
         "RangeStream" => {
             let common = json!({
@@ -494,6 +500,15 @@ fn composite_cases() -> Vec<Composite> {
         },
         "spec",
     ));
+    // A pre-split forbids what an anticompaction needs.
+    v.push((
+        "AnticompactionJob /allOf/3/anyOf".into(),
+        2,
+        |s| {
+            s["repairedAt"] = json!(1);
+        },
+        "spec.repairedAt",
+    ));
     v.push((
         "RangeStream /properties/destination/oneOf".into(),
         0,
@@ -717,6 +732,33 @@ fn checks() -> Vec<Check> {
             |s| s["pendingRepair"] = json!("not-a-uuid"),
             "InvalidRepairMetadata",
             "spec.pendingRepair",
+            true,
+        ),
+        c(
+            "job-presplit-random",
+            J,
+            2,
+            |s| s["partitioner"] = json!("Random"),
+            "InvalidSpec",
+            "spec.partitioner",
+            true,
+        ),
+        c(
+            "job-presplit-stage",
+            J,
+            2,
+            |s| s["publish"] = json!("Stage"),
+            "InvalidSpec",
+            "spec.publish",
+            true,
+        ),
+        c(
+            "job-presplit-ranges",
+            J,
+            2,
+            |s| s["ranges"] = json!([{"start": "0", "end": "100"}]),
+            "InvalidSpec",
+            "spec.ranges",
             true,
         ),
         c(

@@ -75,10 +75,11 @@ pub struct AnticompactionJobSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sstables: Vec<String>,
     /// `Anticompaction` (default): the repair session's `ranges` decide each child's repair
-    /// state. `PreSplit`: no repair yet; every unrepaired sstable is cut at the tokens of the
-    /// node's ring (read from the sidecar's `--management-api`), children keep the parent's
-    /// repair state, so that an incremental repair of any ring ranges later finds each
-    /// sstable wholly inside or outside them and only re-marks it (docs/repair.md).
+    /// state. `PreSplit` (with `publish: OnRestart`): no repair yet; every unrepaired sstable
+    /// is cut at the tokens of the node's ring (read from the sidecar's `--management-api`),
+    /// children keep the parent's repair state, so that an incremental repair of any ring
+    /// ranges later finds each sstable wholly inside or outside them and only re-marks it
+    /// (docs/repair.md).
     #[serde(default)]
     pub mode: JobMode,
     /// Token ranges the repair session covered, `(start, end]`; at least one. None with
@@ -174,7 +175,7 @@ pub enum JobMode {
     Anticompaction,
     /// Children at every token of the keyspace's ring (the node's management API; a ring
     /// with a joining, leaving or moving node is refused: RingChanging), each keeping the
-    /// parent's repair state. Murmur3 only; no ranges, repairedAt or pendingRepair.
+    /// parent's repair state. Murmur3 only; `publish: OnRestart`; no ranges, repairedAt or pendingRepair.
     PreSplit,
 }
 
@@ -1021,7 +1022,11 @@ fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
     match kind {
         Kind::Job => {
             // An anticompaction names its session's ranges and exactly one marker; a
-            // pre-split none of them (its tokens are the ring's).
+            // pre-split none of them (its tokens are the ring's). The pre-split branch of
+            // the `oneOf` checks the mode alone, so that a manifest without a marker is
+            // reported by a marker branch ("spec.repairedAt: Required value"): the
+            // apiserver names the failing branch with the most passing checks. What a
+            // pre-split forbids is an implication beside the partitioner's.
             let anticompaction = json!({"enum": ["Anticompaction"]});
             spec["oneOf"] = json!([
                 {"required": ["repairedAt", "ranges"], "properties": {
@@ -1033,14 +1038,20 @@ fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
                     "repairedAt": {"not": {}},
                     "mode": anticompaction,
                 }},
-                {"required": ["mode"], "properties": {
-                    "mode": {"enum": ["PreSplit"]},
-                    "repairedAt": {"not": {}},
-                    "pendingRepair": {"not": {}},
-                    "ranges": {"maxItems": 0},
-                    "transientRanges": {"maxItems": 0},
-                }},
+                {"required": ["mode"], "properties": {"mode": {"enum": ["PreSplit"]}}},
             ]);
+            if let Some(all) = spec["allOf"].as_array_mut() {
+                all.push(json!({"anyOf": [
+                    {"required": ["publish"], "properties": {
+                        "publish": {"enum": ["OnRestart"]},
+                        "repairedAt": {"not": {}},
+                        "pendingRepair": {"not": {}},
+                        "ranges": {"maxItems": 0},
+                        "transientRanges": {"maxItems": 0},
+                    }},
+                    {"properties": {"mode": anticompaction}},
+                ]}));
+            }
         }
         Kind::Stream => {
             let d = &mut spec["properties"]["destination"];

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::core::Kind;
-use super::crd::{AnticompactionJobSpec, JobMode, JobStatus, RangeStreamSpec};
+use super::crd::{AnticompactionJobSpec, JobMode, JobStatus, Publish, RangeStreamSpec};
 use super::schema::SpecProblem;
 use super::status;
 use crate::reason::{Failure, Reason};
@@ -165,6 +165,20 @@ fn pre_split_checks(spec: &AnticompactionJobSpec) -> Vec<SpecProblem> {
             *field,
             Reason::InvalidSpec,
             "is set with mode: PreSplit, which cuts at the ring's tokens and keeps each sstable's repair state",
+        ));
+    }
+    // The ring is read while Cassandra runs, and the children must replace their parents:
+    // staged children imported beside them would hold every row twice (and the straddling
+    // parents would still be anticompacted), and a Replace needs Cassandra stopped, when
+    // it answers no ring query (also a maintenance window resumed after its stop).
+    if spec.publish != Publish::OnRestart {
+        v.push(SpecProblem::new(
+            "spec.publish",
+            Reason::InvalidSpec,
+            format!(
+                "{:?} with mode: PreSplit: expected OnRestart (the ring is read while Cassandra runs; the children replace their parents at its next start)",
+                spec.publish
+            ),
         ));
     }
     if spec.partitioner() != Partitioner::Murmur3 {
@@ -624,6 +638,7 @@ mod tests {
             mode: JobMode::PreSplit,
             ranges: vec![],
             repaired_at: None,
+            publish: Publish::OnRestart,
             ..spec()
         };
         assert_eq!(job_checks(&pre_split()), vec![]);
@@ -653,6 +668,13 @@ mod tests {
                 "spec.partitioner",
                 AnticompactionJobSpec {
                     partitioner: Some(Partitioner::Random),
+                    ..pre_split()
+                },
+            ),
+            (
+                "spec.publish",
+                AnticompactionJobSpec {
+                    publish: Publish::Replace,
                     ..pre_split()
                 },
             ),

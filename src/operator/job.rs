@@ -376,6 +376,14 @@ impl JobCut {
     fn of(&self, spec: &AnticompactionJobSpec, partitioner: Partitioner) -> Result<Cut, Failure> {
         Ok(match self {
             JobCut::Anticompaction => Cut::Ranges(decide::validate_ranges(spec, partitioner)?),
+            // The ring's tokens are Murmur3 (`decide::pre_split_checks` holds the spec to
+            // it); an sstable of another partitioner is refused, not cut at foreign tokens.
+            JobCut::RingTokens(_) if partitioner != Partitioner::Murmur3 => {
+                return Err(Failure::new(
+                    Reason::InvalidSpec,
+                    format!("mode: PreSplit cuts at the ring's Murmur3 tokens; this sstable's partitioner is {partitioner:?}"),
+                ))
+            }
             JobCut::RingTokens(tokens) => Cut::Tokens(tokens.clone()),
         })
     }
