@@ -25,7 +25,8 @@
 # empty and not counted) before the repairs and after must be equal, and equal between the nodes.
 #
 # Environment: IMAGE (loop image size, default 24G), CLEAVE (default target/release/cleave),
-# VALUE_BYTES (default 1024). Needs root, xfsprogs, losetup, scripts/cassandra-testenv.sh install.
+# VALUE_BYTES (default 1024), STRATEGIES (default "stcs lcs ucs"; ucs on 5.0 only), NUM_TOKENS (default 1: A token 0, B 2^62; N > 1: vnodes, N
+# random tokens a node, and the pre-split cuts at all 2N of them). Needs root, xfsprogs, losetup, scripts/cassandra-testenv.sh install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -39,6 +40,7 @@ VALUE_BYTES=${VALUE_BYTES:-1024}
 ROWS=16
 FAMILY=blob_ck
 TOKEN_B=4611686018427387904
+NUM_TOKENS=${NUM_TOKENS:-1}
 
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cleave-bench-repair.XXXXXX")
@@ -84,22 +86,25 @@ metric() {
 digest() {
   local v=$1 node=$2 t=$3 files
   mapfile -t files < <(ls "$(table_dir "$node" "$t")"/*-Data.db)
-  "$JAVA" "${CLIENT_OPTS[@]}" -cp "$CLASSES:$CP" Oracle dump --digest rows --mode linear "${files[@]}" 2>"$WORK/dump.log" \
-    | python3 -c '
+  "$JAVA" "${CLIENT_OPTS[@]}" -cp "$CLASSES:$CP" Oracle dump --digest rows --mode linear "${files[@]}" \
+    >"$WORK/dump.out" 2>"$WORK/dump.log" \
+    || { tail -n 20 "$WORK/dump.log" >&2; echo "Oracle dump of $t on $node failed" >&2; exit 1; }
+  python3 -c '
 import sys, re
 c = s = x = 0
 for l in sys.stdin:
     m = re.match(r"## count=(\d+) empty=\d+ min=-?\d+ max=-?\d+ sum=(\d+) xor=(\d+)", l)
     if m:
         c += int(m[1]); s = (s + int(m[2])) % 2**64; x ^= int(m[3])
-print(c, s, x, sys.argv[1])' "${#files[@]}"
+print(c, s, x, sys.argv[1])' "${#files[@]}" <"$WORK/dump.out"
 }
 
-# settle NODE...: until no node has a compaction pending or running (checked every 5 s).
+# settle NODE...: until no node has had a compaction pending or running for three checks in
+# a row, 10 s apart (a strategy just switched on may not have counted its tasks yet).
 settle() {
-  local i n ok stats
-  for i in $(seq 1 360); do
-    sleep 5
+  local i n ok stats calm=0
+  for i in $(seq 1 180); do
+    sleep 10
     ok=1
     for n in "$@"; do
       stats=$("$CT" nodetool "$n" compactionstats)
@@ -107,7 +112,8 @@ settle() {
       grep -Eq '^pending tasks:?[[:space:]]+0([[:space:]]|$)' <<<"$stats" || ok=0
       grep -q 'oracle' <<<"$stats" && ok=0
     done
-    [ $ok = 1 ] && return 0
+    if [ $ok = 1 ]; then calm=$((calm + 1)); else calm=0; fi
+    [ $calm -ge 3 ] && return 0
   done
   echo "compaction did not settle within 30 minutes" >&2
   exit 1
@@ -122,8 +128,11 @@ run_version() {
   mkdir -p "$CLASSES"
   javac -nowarn --release 11 -cp "$CP" -d "$CLASSES" oracle/Oracle.java 2>"$WORK/javac.log" \
     || { cat "$WORK/javac.log"; exit 1; }
-  TABLES=(plain presplit stcs lcs)
-  case $v in 5.*) TABLES+=(ucs) ;; esac
+  TABLES=(plain presplit)
+  local strategy
+  for strategy in ${STRATEGIES-stcs lcs ucs}; do
+    case $strategy:$v in ucs:4.*) ;; *) TABLES+=("$strategy") ;; esac
+  done
   bytes=$(bytes_of "$SIZE")
   partitions=$(( bytes * 2 / (ROWS + 1) / (VALUE_BYTES + 24) ))
   gen=$MNT/gen-$v/$FAMILY
@@ -133,10 +142,12 @@ run_version() {
   a=$MNT/$v-a
   b=$MNT/$v-b
   mkdir -p "$a" "$b"
-  "$CT" start "$v" "$a" >/dev/null
+  local tokens_b=(--initial-token "$TOKEN_B")
+  [ "$NUM_TOKENS" = 1 ] || tokens_b=()
+  "$CT" start "$v" "$a" --num-tokens "$NUM_TOKENS" >/dev/null
   NODES+=("$a")
   "$CT" start "$v" "$b" --listen 127.0.0.2 --seeds "127.0.0.1:$(env_of "$a" STORAGE_PORT)" \
-    --initial-token "$TOKEN_B" >/dev/null
+    --num-tokens "$NUM_TOKENS" "${tokens_b[@]}" >/dev/null
   NODES+=("$b")
   "$CT" cql "$a" "CREATE KEYSPACE oracle WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 2}" >/dev/null
   for t in "${TABLES[@]}"; do
@@ -151,14 +162,24 @@ run_version() {
   done
   rm -rf "$(dirname "$gen")"
   "$CT" nodetool "$a" status >&2
+  # Every token of the ring, as Cassandra describes the keyspace's ranges (MIN bounds none).
+  local ring
+  ring=$("$CT" nodetool "$a" describering oracle | python3 -c '
+import re, sys
+t = set()
+for m in re.finditer(r"start_token:(-?\d+), end_token:(-?\d+)", sys.stdin.read()):
+    t.update(int(x) for x in m.groups())
+t.discard(-2**63)
+print(",".join(str(x) for x in sorted(t)))')
+  log "$v: the ring's $(tr ',' '\n' <<<"$ring" | wc -l) tokens: $ring"
   for n in "$b" "$a"; do "$CT" stop "$n" >/dev/null; done
-  log "$v: pre-split of every sstable but plain's at the ring's tokens 0,$TOKEN_B (nodes stopped)"
+  log "$v: pre-split of every sstable but plain's at the ring's tokens (nodes stopped)"
   for t in "${TABLES[@]:1}"; do
     for n in "$a" "$b"; do
       td=$(table_dir "$n" "$t")
       for f in "$td"/*-Data.db; do
         /usr/bin/time -f "$t: %e s wall, %U s user, %S s sys, %M KiB peak" "$CLEAVE" split "$f" \
-          --tokens "0,$TOKEN_B" --publish replace --out "$td" --target-cassandra "$v" >/dev/null
+          --tokens "$ring" --publish replace --out "$td" --target-cassandra "$v" >/dev/null
       done
     done
   done
@@ -206,5 +227,5 @@ run_version() {
   for n in "$b" "$a"; do "$CT" stop "$n" >/dev/null; done
 }
 
-echo "# $(uname -r), $(nproc) cores, loop $DEV on $(df --output=source "$WORK" | tail -1), $SIZE of content a table, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(uname -r), $(nproc) cores, loop $DEV on $(df --output=source "$WORK" | tail -1), $SIZE of content a table, $NUM_TOKENS token(s) a node, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for v in "${VERSIONS[@]}"; do run_version "$v"; done

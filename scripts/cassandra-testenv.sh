@@ -13,6 +13,7 @@
 #                                                       run a Cassandra class offline (client flags)
 #   scripts/cassandra-testenv.sh start VERSION DIR [--sstable-format big|bti]
 #                                  [--listen 127.0.0.N --seeds HOST:PORT,...] [--initial-token T]
+#                                  [--num-tokens N]
 #                                  [--owner-pid PID] [--unsafe-system]
 #                                                       fork a node with its data under DIR, wait
 #                                                       until CQL answers; prints DIR/cassandra.env
@@ -299,7 +300,7 @@ write_yaml() {
   local v=$1 dir=$2 listen=$3 seeds=$4 storage=$5 cql=$6 format=$7 token=$8 y=${9:-$2/cassandra.yaml}
   {
     echo "cluster_name: cleave-oracle"
-    echo "num_tokens: 1"
+    echo "num_tokens: ${num_tokens:-1}"
     [ -z "$token" ] || echo "initial_token: $token"
     echo "partitioner: org.apache.cassandra.dht.Murmur3Partitioner"
     echo "endpoint_snitch: SimpleSnitch"
@@ -344,7 +345,7 @@ write_yaml() {
 cmd_start() {
   local v=$1 dir=$2; shift 2
   local format=big listen=127.0.0.1 seeds="" owner="" token=0 extra=() listen_given=0
-  local seeds_given=0 token_given=0
+  local seeds_given=0 token_given=0 num_tokens=1
   while [ $# -gt 0 ]; do
     case $1 in
       # Schema changes without flushing the system tables (DatabaseDescriptor.isUnsafeSystem,
@@ -357,6 +358,7 @@ cmd_start() {
       --seeds) seeds=$2; seeds_given=1; shift 2 ;;
       --owner-pid) owner=$2; shift 2 ;;
       --initial-token) token=$2; token_given=1; shift 2 ;;
+      --num-tokens) num_tokens=$2; shift 2 ;;
       *) die "start: unknown option $1" ;;
     esac
   done
@@ -370,6 +372,9 @@ cmd_start() {
     fi
     if [ "$token_given" = 0 ] && grep -q '^TOKEN=' "$dir/cassandra.env"; then
       token=$(sed -n 's/^TOKEN=//p' "$dir/cassandra.env")
+    fi
+    if grep -q '^NUM_TOKENS=' "$dir/cassandra.env"; then
+      num_tokens=$(sed -n 's/^NUM_TOKENS=//p' "$dir/cassandra.env")
     fi
   fi
   case $format in big|bti) ;; *) die "start: --sstable-format must be big or bti, not $format" ;; esac
@@ -397,6 +402,8 @@ cmd_start() {
   # A joining node (with --seeds) takes a random token unless one is given.
   local own_seeds=$seeds
   if [ -z "$seeds" ]; then seeds="$listen:$storage"; elif [ "$token" = 0 ]; then token=""; fi
+  # Vnodes: random tokens (one initial_token cannot name N).
+  [ "$num_tokens" = 1 ] || token=""
   write_yaml "$v" "$dir" "$listen" "$seeds" "$storage" "$cql" "$format" "$token"
   local java opts
   java=$(java_of "$v")
@@ -424,6 +431,7 @@ JAVA=$java
 LOG=$dir/node.log
 SEEDS=$own_seeds
 TOKEN=$token
+NUM_TOKENS=$num_tokens
 EOF
   if [ -n "$owner" ]; then
     # Watchdog: kill the node's group once the owner (a test process) is gone, even by SIGKILL.
