@@ -356,9 +356,6 @@ pub fn target_cassandra(
     Ok(target)
 }
 
-/// Splits one parent: the one call into the split engine. `OnRestart` stages the children
-/// in the table's pending directory under `job_uid` and records them in its intent
-/// (`split::intent`); the parent stays live.
 /// Where a job cuts its parents, settled before the run: the ring comes from the
 /// management API (asynchronously), the ranges from the spec.
 #[derive(Debug, Clone, PartialEq)]
@@ -389,6 +386,9 @@ impl JobCut {
     }
 }
 
+/// Splits one parent: the one call into the split engine. `OnRestart` stages the children
+/// in the table's pending directory under `job_uid` and records them in its intent
+/// (`split::intent`); the parent stays live.
 fn split_one(
     spec: &AnticompactionJobSpec,
     job_cut: &JobCut,
