@@ -42,34 +42,15 @@ ROWS=16 # rows a partition: uniform in 1..ROWS, 8.5 on average
 FAMILY=blob_ck
 TABLE_CQL="CREATE TABLE oracle.$FAMILY (pk blob, ck bigint, v text, PRIMARY KEY (pk, ck)) WITH compression = {'class': 'LZ4Compressor', 'chunk_length_in_kb': 16}"
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/cleave-bench-anchors.XXXXXX")
-IMG=$WORK/xfs.img
-MNT=$WORK/mnt
-DEV=
-NODES=()
-cleanup() {
-  local n
-  for n in "${NODES[@]}"; do "$CT" stop "$n" >/dev/null 2>&1 || true; done
-  mountpoint -q "$MNT" && umount "$MNT"
-  [ -n "$DEV" ] && losetup -d "$DEV"
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-truncate -s "${IMAGE:-48G}" "$IMG"
-DEV=$(losetup --direct-io=on -f --show "$IMG")
-mkfs.xfs -q -m reflink=1 "$DEV"
-mkdir -p "$MNT"
-mount "$DEV" "$MNT"
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
+bench_xfs bench-anchors 48G --direct-io=on
 
 JAVA=$("$CT" java "$V")
 CP=$("$CT" classpath "$V")
 read -r -a CLIENT_OPTS <<<"$("$CT" jvm-opts "$V" client)"
-log() { printf '# %s\n' "$*" >&2; }
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
-bytes_of() { # 1GiB / 512MiB -> bytes
-  python3 -c "import re,sys; m=re.fullmatch(r'(\d+)(GiB|MiB)', sys.argv[1]); print(int(m[1]) << (30 if m[2]=='GiB' else 20))" "$1"
-}
 
 # Compile the writer once (javac --release 11 against this version's jars, as the tests do).
 CLASSES=$WORK/classes
@@ -84,7 +65,6 @@ start_node() {
   "$CT" start "$V" "$dir" "$@" >/dev/null
   NODES+=("$dir")
 }
-env_of() { (set -a; . "$1/cassandra.env"; printf '%s\n' "${!2}"); }
 
 # make_parent SIZE NODE_DIR: the node holds exactly one sstable of SIZE content in oracle.blob_ck;
 # sets TABLE_DIR. The node is left stopped. (Not run in a subshell: NODES must reach the trap.)

@@ -42,32 +42,10 @@ FAMILY=blob_ck
 TOKEN_B=4611686018427387904
 NUM_TOKENS=${NUM_TOKENS:-1}
 
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
+bench_xfs bench-repair 24G
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/cleave-bench-repair.XXXXXX")
-IMG=$WORK/xfs.img
-MNT=$WORK/mnt
-DEV=
-NODES=()
-cleanup() {
-  local n i
-  # B before A: A is B's seed.
-  for ((i = ${#NODES[@]} - 1; i >= 0; i--)); do "$CT" stop "${NODES[$i]}" >/dev/null 2>&1 || true; done
-  mountpoint -q "$MNT" && umount "$MNT"
-  [ -n "$DEV" ] && losetup -d "$DEV"
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-truncate -s "${IMAGE:-24G}" "$IMG"
-DEV=$(losetup -f --show "$IMG")
-mkfs.xfs -q -m reflink=1 "$DEV"
-mkdir -p "$MNT"
-mount "$DEV" "$MNT"
-
-log() { printf '# %s\n' "$*" >&2; }
-env_of() { (set -a; . "$1/cassandra.env"; printf '%s\n' "${!2}"); }
-bytes_of() {
-  python3 -c "import re,sys; m=re.fullmatch(r'(\d+)(GiB|MiB)', sys.argv[1]); print(int(m[1]) << (30 if m[2]=='GiB' else 20))" "$1"
-}
 node_written() { # NODE_DIR -> bytes the node's JVM has written so far
   awk '/^write_bytes/ {print $2}' "/proc/$(env_of "$1" PID)/io"
 }
