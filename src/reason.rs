@@ -16,7 +16,7 @@ use std::fmt;
 pub enum Reason {
     /// A component fails a check: a checksum, an order, a length, a field out of range.
     CorruptSSTable,
-    /// A well-formed sstable that uses something cleave does not handle (BTI, an unknown compressor, `la`, …).
+    /// A well-formed sstable that uses something cleave does not handle (a BTI version other than `da`, an unknown compressor, `la`, …).
     UnsupportedSSTable,
     /// The request itself is wrong: boundaries, ranges, options, a manifest field.
     InvalidRequest,
@@ -83,7 +83,7 @@ impl Reason {
     pub fn doc(self) -> &'static str {
         match self {
             Reason::CorruptSSTable => "A component fails a check: a checksum, an order, a length, a field out of range.",
-            Reason::UnsupportedSSTable => "A well-formed sstable that uses something cleave does not handle (BTI, an unknown compressor, `la`, …).",
+            Reason::UnsupportedSSTable => "A well-formed sstable that uses something cleave does not handle (a BTI version other than `da`, an unknown compressor, `la`, …).",
             Reason::InvalidRequest => "The request itself is wrong: boundaries, ranges, options, a manifest field.",
             Reason::InsufficientSpace => "ENOSPC / EDQUOT, or a pre-flight that predicts it.",
             Reason::PermissionDenied => "EACCES / EPERM on a file cleave must read or write.",

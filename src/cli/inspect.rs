@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use super::failure::Failed;
 use cleave::sstable::table::{CheckLevel, CheckProgress, CheckReport};
-use cleave::sstable::{hex, Component, SSTable};
+use cleave::sstable::{hex, SSTable};
 use serde::Serialize;
 
 #[derive(clap::Args)]
@@ -140,15 +140,16 @@ fn inspect(a: &InspectArgs) -> std::result::Result<Inspection, Failed> {
     } else {
         CheckLevel::Full
     };
-    let total =
-        t.size_of(&Component::Index).unwrap_or(0) + if a.quick { 0 } else { 2 * t.data_file_size };
+    let total = cleave::sstable::scan::PartitionSource::span(&t)
+        + if a.quick { 0 } else { 2 * t.data_file_size };
     let bar = super::progress::bytes_bar(total, "checking");
     let report: CheckReport = t.check(level, &mut |p| match p {
         CheckProgress::IndexBytes(n) | CheckProgress::DataBytes(n) => bar.inc(n),
     })?;
     bar.finish_and_clear();
     let keys = if a.keys {
-        let mut r = t.index_reader()?;
+        let src = t.partition_source()?;
+        let mut r = src.reader(&t)?;
         let mut v = Vec::new();
         while let Some(e) = r.next_entry()? {
             v.push(KeyInfo {

@@ -13,7 +13,7 @@ use cleave::split::{
 };
 use cleave::split::{intent, ranges, space};
 use cleave::sstable::table::{CheckLevel, CheckProgress};
-use cleave::sstable::{Component, SSTable};
+use cleave::sstable::SSTable;
 
 /// `--layout`: the CLI's lowercase spelling of the engine's `LayoutRequest` (the engine
 /// derives no clap traits; `From` maps).
@@ -333,7 +333,8 @@ pub fn rewrite(mut a: RewriteArgs) -> Result<ExitCode> {
         Err(f) => return Ok(f.print(a.json)),
     };
     let first = SSTable::open(&a.sstable).and_then(|t| {
-        let mut r = t.index_reader()?;
+        let src = t.partition_source()?;
+        let mut r = src.reader(&t)?;
         Ok(r.next_entry()?.map(|e| e.position))
     });
     let first = match first {
@@ -541,7 +542,7 @@ fn split(a: &SplitArgs) -> Result<SplitReport, Failed> {
     check_parts(a, &parent, &cut)?;
     check_space(a)?;
     let policy = policy_of(a);
-    let index_len = parent.table().size_of(&Component::Index).unwrap_or(0);
+    let index_len = cleave::sstable::scan::PartitionSource::span(parent.table());
     let bar = super::progress::bytes_bar(2 * index_len, "splitting");
     let r = engine::run(&parent, &cut, &policy, &target, &lock, &mut |p| match p {
         RunProgress::Index { pass, bytes, .. } => {
@@ -668,7 +669,7 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
             SSTable::open(&p)
                 .and_then(|t| {
                     let total_bytes =
-                        t.size_of(&Component::Index).unwrap_or(0) + 2 * t.data_file_size;
+                        cleave::sstable::scan::PartitionSource::span(&t) + 2 * t.data_file_size;
                     let bar = super::progress::bytes_bar(total_bytes, "verifying");
                     let r = t.check(CheckLevel::Full, &mut |pr| match pr {
                         CheckProgress::IndexBytes(n) | CheckProgress::DataBytes(n) => bar.inc(n),

@@ -17,7 +17,7 @@ use crate::split::publish::{self, Publish};
 use crate::split::spec::Cut;
 use crate::split::{self, Parent, Policy, PublishError, SplitError, SplitReport, Target};
 use crate::sstable::statistics::Statistics;
-use crate::sstable::{Component, Descriptor, Format};
+use crate::sstable::{Component, Descriptor};
 use crate::sstable::{Partitioner, Token};
 
 pub use crate::split::import_dir::STAGED_DIR;
@@ -133,7 +133,7 @@ pub fn find_sstables(
                 }
                 continue;
             }
-            if desc.format != Format::Big || !desc.version.is_supported_big() {
+            if desc.require_supported().is_err() {
                 continue;
             }
             // Only Statistics.db is read here: the parent itself is opened once, by the split.

@@ -43,7 +43,7 @@ use super::status::{self, Event};
 use crate::io::throttle::TokenBucket;
 use crate::reason::Failure;
 use crate::reason::Reason;
-use crate::sstable::{Component, Descriptor, Format};
+use crate::sstable::{Component, Descriptor};
 use crate::stream::plan::{range_children, RangeChild};
 use crate::stream::send::{self, ChildName, Endpoint, SendOptions};
 use crate::stream::StreamError;
@@ -158,8 +158,9 @@ pub struct Planned {
     pub children: Vec<RangeChild>,
 }
 
-/// Every BIG Data.db of the directories, sorted (whatever their repair state: a stream
-/// moves all the data in its ranges).
+/// Every Data.db of a format cleave reads, sorted (whatever their repair state: a stream
+/// moves all the data in its ranges). BTI ones are listed so that the stream fails on them
+/// (`UnsupportedSSTable`) instead of leaving their rows behind.
 fn sstables_of(dirs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
     let mut out = Vec::new();
     for d in dirs {
@@ -167,7 +168,7 @@ fn sstables_of(dirs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
         for e in rd.filter_map(|e| e.ok()) {
             let p = e.path();
             if let Ok((desc, Component::Data)) = Descriptor::from_path(&p) {
-                if desc.format == Format::Big && desc.version.is_supported_big() {
+                if desc.require_supported().is_ok() {
                     out.push(p);
                 }
             }

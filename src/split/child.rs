@@ -1,12 +1,15 @@
 //! Rebuilding a child's non-data components from the stream of its index entries:
-//! Index.db (positions rebased), Summary.db, Filter.db, the partition-size histogram,
+//! the primary index in the parent's format (BIG: Index.db with positions rebased and
+//! Summary.db; BTI: Partitions.db and Rows.db), Filter.db, the partition-size histogram,
 //! the key fingerprint, and finally Statistics.db.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::spec::RepairTriple;
+use crate::sstable::bti::scan::RowIndex;
+use crate::sstable::bti::{IndexPos, PartitionIndexWriter, RowsWriter};
 use crate::sstable::checksum::{ChunkChecksums, Digest};
 use crate::sstable::filter::BloomFilter;
 use crate::sstable::fingerprint::Fingerprint;
@@ -14,15 +17,15 @@ use crate::sstable::index::IndexWriter;
 use crate::sstable::murmur::KeyHash;
 use crate::sstable::statistics::{EstimatedHistogram, Statistics};
 use crate::sstable::summary::SummaryBuilder;
-use crate::sstable::{Component, SSTable, Toc};
+use crate::sstable::{Component, Descriptor, Format, Partitioner, SSTable, Toc};
 use crate::sstable::{FormatError, Result, Version};
 
-/// Accumulates one child's index-derived components; Index.db goes to `W` (a file for a
-/// split, a buffer for a stream sender).
+/// Accumulates one child's index-derived components; the index files go to `W` (files for
+/// a split, buffers for a stream sender).
 pub struct IndexSide<W: Write> {
+    /// The first index component's path (Index.db, or BTI's Partitions.db): errors name it.
     pub index_path: PathBuf,
-    index: IndexWriter<W>,
-    summary: SummaryBuilder,
+    index: ChildIndex<W>,
     filter: Option<BloomFilter>,
     partition_sizes: EstimatedHistogram,
     pub fingerprint: Fingerprint,
@@ -32,6 +35,31 @@ pub struct IndexSide<W: Write> {
     pub first_position: Option<u64>,
     pub last_position: u64,
     pub fillers: u64,
+}
+
+/// The primary index of a child, in its parent's format.
+enum ChildIndex<W: Write> {
+    /// Index.db, sampled into Summary.db.
+    Big {
+        index: IndexWriter<W>,
+        summary: SummaryBuilder,
+    },
+    /// Partitions.db over the full keys (`PartitionIndexBuilder`), and Rows.db with the
+    /// row index of each partition that has one, its Data.db position rebased.
+    Bti {
+        partitions: PartitionIndexWriter<W>,
+        rows: RowsWriter<W>,
+        rows_path: PathBuf,
+        partitioner: Partitioner,
+    },
+}
+
+/// The index components a format writes, in TOC order.
+pub fn index_components(format: Format) -> &'static [Component] {
+    match format {
+        Format::Big => &[Component::Index],
+        Format::Bti => &[Component::Partitions, Component::Rows],
+    }
 }
 
 /// What every child's index side is built with, read from the parent once.
@@ -71,28 +99,62 @@ impl IndexShape {
 }
 
 impl IndexSide<BufWriter<File>> {
-    pub fn create(index_path: &Path, shape: &IndexShape, partitions: u64) -> Result<Self> {
-        let f = File::options()
-            .write(true)
-            .create_new(true)
-            .open(index_path)
-            .map_err(|e| FormatError::io(index_path, e))?;
-        Ok(IndexSide::new(
-            index_path,
-            BufWriter::with_capacity(1 << 20, f),
+    /// Index files created new in `desc`'s directory.
+    pub fn create(
+        desc: &Descriptor,
+        partitioner: Partitioner,
+        shape: &IndexShape,
+        partitions: u64,
+    ) -> Result<Self> {
+        IndexSide::new(
+            desc,
+            partitioner,
+            |c| {
+                let p = desc.path(c);
+                let f = File::options()
+                    .write(true)
+                    .create_new(true)
+                    .open(&p)
+                    .map_err(|e| FormatError::io(&p, e))?;
+                Ok(BufWriter::with_capacity(1 << 20, f))
+            },
             shape,
             partitions,
-        ))
+        )
     }
 }
 
 impl<W: Write> IndexSide<W> {
-    pub fn new(index_path: &Path, out: W, shape: &IndexShape, partitions: u64) -> Self {
-        IndexSide {
-            index_path: index_path.to_path_buf(),
-            // Positions arrive already rebased; the writer's own base is 0.
-            index: IndexWriter::new(out, 0),
-            summary: SummaryBuilder::new(shape.min_index_interval),
+    /// `open` gives the sink of each of `index_components(desc.format)`.
+    pub fn new(
+        desc: &Descriptor,
+        partitioner: Partitioner,
+        mut open: impl FnMut(&Component) -> Result<W>,
+        shape: &IndexShape,
+        partitions: u64,
+    ) -> Result<Self> {
+        let (index_path, index) = match desc.format {
+            Format::Big => (
+                desc.path(&Component::Index),
+                ChildIndex::Big {
+                    // Positions arrive already rebased; the writer's own base is 0.
+                    index: IndexWriter::new(open(&Component::Index)?, 0),
+                    summary: SummaryBuilder::new(shape.min_index_interval),
+                },
+            ),
+            Format::Bti => (
+                desc.path(&Component::Partitions),
+                ChildIndex::Bti {
+                    partitions: PartitionIndexWriter::new(open(&Component::Partitions)?),
+                    rows: RowsWriter::new(open(&Component::Rows)?),
+                    rows_path: desc.path(&Component::Rows),
+                    partitioner,
+                },
+            ),
+        };
+        Ok(IndexSide {
+            index_path,
+            index,
             filter: shape.filter(partitions),
             partition_sizes: EstimatedHistogram::empty(shape.histogram_buckets),
             fingerprint: Fingerprint::default(),
@@ -101,22 +163,22 @@ impl<W: Write> IndexSide<W> {
             first_position: None,
             last_position: 0,
             fillers: 0,
-        }
+        })
     }
 
     /// One partition: its key and the key's hash (computed once by the caller, who also
     /// counts it in the parent's fingerprint), its position in the child, its size in
-    /// bytes, and its promoted index (copied verbatim: it is relative to the partition
-    /// start).
+    /// bytes, and its row index — BIG's promoted index or BTI's Rows.db blocks, either
+    /// kept as it is: both are relative to the partition start.
     pub fn add(
         &mut self,
         key: &[u8],
         hash: KeyHash,
         child_position: u64,
         size: u64,
-        promoted_index: &[u8],
+        row_index: RowIndexRef<'_>,
     ) -> Result<()> {
-        self.list(key, hash, child_position, size, promoted_index)?;
+        self.list(key, hash, child_position, size, row_index)?;
         self.fingerprint.add_hash(hash);
         Ok(())
     }
@@ -129,13 +191,33 @@ impl<W: Write> IndexSide<W> {
         hash: KeyHash,
         child_position: u64,
         size: u64,
-        promoted_index: &[u8],
+        row_index: RowIndexRef<'_>,
     ) -> Result<()> {
-        let at = self
-            .index
-            .append(key, child_position, promoted_index)
-            .map_err(|e| FormatError::io(&self.index_path, e))?;
-        self.summary.add(key, at);
+        match &mut self.index {
+            ChildIndex::Big { index, summary } => {
+                let at = index
+                    .append(key, child_position, row_index.promoted)
+                    .map_err(|e| FormatError::io(&self.index_path, e))?;
+                summary.add(key, at);
+            }
+            ChildIndex::Bti {
+                partitions,
+                rows,
+                rows_path,
+                partitioner,
+            } => {
+                let pos = match row_index.rows {
+                    Some(r) => IndexPos::Rows(
+                        rows.append(key, child_position, &r.blocks, r.block_count, r.deletion)
+                            .map_err(|e| FormatError::io(rows_path, e))?,
+                    ),
+                    None => IndexPos::Data(child_position),
+                };
+                partitions
+                    .add_key(*partitioner, key, pos)
+                    .map_err(|e| FormatError::io(&self.index_path, e))?;
+            }
+        }
         if let Some(f) = &mut self.filter {
             f.add_hash(hash);
         }
@@ -155,7 +237,13 @@ impl<W: Write> IndexSide<W> {
     /// Summary.db, Filter.db, the size histogram, first key), but no key of the parent's,
     /// so not in the fingerprint the children must add up to.
     pub fn add_filler(&mut self, key: &[u8], child_position: u64, size: u64) -> Result<()> {
-        self.list(key, KeyHash::of(key), child_position, size, &[])?;
+        self.list(
+            key,
+            KeyHash::of(key),
+            child_position,
+            size,
+            RowIndexRef::default(),
+        )?;
         self.fillers += 1;
         Ok(())
     }
@@ -170,19 +258,39 @@ impl<W: Write> IndexSide<W> {
         Ok(())
     }
 
-    /// Flushes Index.db; returns its sink (durable later, with the child's other files)
-    /// and the finished pieces.
-    pub fn finish(self) -> Result<(W, IndexParts)> {
+    /// Completes the index files; returns their sinks (durable later, with the child's
+    /// other files) in TOC order, and the finished pieces.
+    pub fn finish(self) -> Result<(Vec<(Component, W)>, IndexParts)> {
         let path = self.index_path.clone();
-        let w = self.index.finish().map_err(|e| FormatError::io(&path, e))?;
+        let first_key = self.first_key.unwrap_or_default();
+        let (sinks, summary) = match self.index {
+            ChildIndex::Big { index, summary } => {
+                let w = index.finish().map_err(|e| FormatError::io(&path, e))?;
+                (vec![(Component::Index, w)], Some(summary))
+            }
+            ChildIndex::Bti {
+                partitions,
+                rows,
+                rows_path,
+                ..
+            } => {
+                let first_last = (!first_key.is_empty())
+                    .then_some((first_key.as_slice(), self.last_key.as_slice()));
+                let p = partitions
+                    .finish(first_last)
+                    .map_err(|e| FormatError::io(&path, e))?;
+                let r = rows.finish().map_err(|e| FormatError::io(&rows_path, e))?;
+                (vec![(Component::Partitions, p), (Component::Rows, r)], None)
+            }
+        };
         Ok((
-            w,
+            sinks,
             IndexParts {
-                summary: self.summary,
+                summary,
                 filter: self.filter,
                 partition_sizes: self.partition_sizes,
                 fingerprint: self.fingerprint,
-                first_key: self.first_key.unwrap_or_default(),
+                first_key,
                 last_key: self.last_key,
                 first_position: self.first_position.unwrap_or(0),
                 last_position: self.last_position,
@@ -192,8 +300,18 @@ impl<W: Write> IndexSide<W> {
     }
 }
 
+/// A partition's row index as the parent's format holds it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RowIndexRef<'a> {
+    /// BIG: the promoted index bytes (empty when the partition has none).
+    pub promoted: &'a [u8],
+    /// BTI: the Rows.db entry, when the partition has one.
+    pub rows: Option<&'a RowIndex>,
+}
+
 pub struct IndexParts {
-    pub summary: SummaryBuilder,
+    /// BIG only: BTI has no Summary.db.
+    pub summary: Option<SummaryBuilder>,
     pub filter: Option<BloomFilter>,
     pub partition_sizes: EstimatedHistogram,
     pub fingerprint: Fingerprint,
@@ -206,8 +324,8 @@ pub struct IndexParts {
 }
 
 impl IndexParts {
-    pub fn summary_clone(&self) -> crate::sstable::summary::Summary {
-        self.summary.snapshot()
+    pub fn summary_clone(&self) -> Option<crate::sstable::summary::Summary> {
+        self.summary.as_ref().map(SummaryBuilder::snapshot)
     }
 }
 
@@ -270,7 +388,9 @@ pub fn rebuilt_components(
     if let Some(crc) = crc {
         out.push((Component::Crc, crc.serialize()));
     }
-    out.push((Component::Summary, parts.summary_clone().serialize()));
+    if let Some(summary) = parts.summary_clone() {
+        out.push((Component::Summary, summary.serialize()));
+    }
     if let Some(f) = &parts.filter {
         out.push((Component::Filter, f.serialize(parent.old_filter_layout())));
     }
@@ -298,9 +418,11 @@ pub fn rebuilt_components(
     out
 }
 
-/// TOC.txt listing Data, Index, CompressionInfo (when compressed), the rebuilt ones, itself.
-pub fn toc(compressed: bool, rebuilt: &[Built]) -> Vec<u8> {
-    let mut c = vec![Component::Data, Component::Index];
+/// TOC.txt listing Data, the index components, CompressionInfo (when compressed), the
+/// rebuilt ones, itself.
+pub fn toc(format: Format, compressed: bool, rebuilt: &[Built]) -> Vec<u8> {
+    let mut c = vec![Component::Data];
+    c.extend_from_slice(index_components(format));
     if compressed {
         c.push(Component::CompressionInfo);
     }

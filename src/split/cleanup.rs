@@ -34,7 +34,7 @@ use super::spec::{Cut, OwnedRanges};
 use super::staged::{self, Checked, Staged};
 use super::{intent, Target};
 use crate::reason::Reason;
-use crate::sstable::{Component, Descriptor, Partitioner, Token, TokenRange};
+use crate::sstable::{Component, Descriptor, Format, Partitioner, Token, TokenRange};
 use std::sync::atomic::Ordering;
 
 /// What cleanup does with one sstable.
@@ -336,12 +336,17 @@ fn file_bytes(dir: &Path, d: &Descriptor) -> u64 {
 fn predicted_file_bytes(parent: &Parent, partitions: u64, c: &ChildPlan, policy: &Policy) -> u64 {
     let t = parent.table();
     let data = c.predicted.bytes_shared + c.predicted.bytes_copied + c.predicted.bytes_reencoded;
-    let index: u64 = c
-        .child
-        .runs
-        .iter()
-        .map(|r| r.index_end - r.index_start)
-        .sum();
+    // A BTI run's offsets are Data.db positions (`sstable::scan`): its Partitions.db and
+    // Rows.db are counted per partition below.
+    let index: u64 = match t.descriptor.format {
+        Format::Big => c
+            .child
+            .runs
+            .iter()
+            .map(|r| r.index_end - r.index_start)
+            .sum(),
+        Format::Bti => 0,
+    };
     let part = |n: u64, of: u64| -> u64 {
         if of == 0 {
             0
@@ -354,7 +359,7 @@ fn predicted_file_bytes(parent: &Parent, partitions: u64, c: &ChildPlan, policy:
     for (comp, n) in &t.files {
         other += match comp {
             Component::Data | Component::Index => 0,
-            Component::Summary | Component::Filter => {
+            Component::Summary | Component::Filter | Component::Partitions | Component::Rows => {
                 (*n as u128 * c.child.partitions() as u128 / keys as u128) as u64
             }
             Component::CompressionInfo | Component::Crc => part(data, *n),

@@ -16,7 +16,8 @@ use crate::io::reflink::{self, CloneRefusal, ReflinkSupport};
 use crate::sstable::checksum::ChunkChecksums;
 use crate::sstable::compression::Codec;
 use crate::sstable::fingerprint::Fingerprint;
-use crate::sstable::{Component, FormatError, SSTable};
+use crate::sstable::scan::PartitionSource;
+use crate::sstable::{Component, Format, FormatError, SSTable};
 
 struct Inner {
     table: SSTable,
@@ -209,7 +210,7 @@ impl Parent {
             .unwrap_or(self.inner.reflink_guess);
         let (block, no_share) = split_support(support);
         let unit = self.unit();
-        let index_total = t.size_of(&Component::Index).unwrap_or(0);
+        let index_total = PartitionSource::span(t);
         let started = Instant::now();
         let min_dead = plan::preferred_dead_prefix(if block > 0 { block } else { 4096 });
         let shape = sampled::Shape {
@@ -311,6 +312,10 @@ impl Parent {
         shape: sampled::Shape,
     ) -> Result<Option<(Vec<plan::PlannedChild>, u64)>, PlanError> {
         let t = &self.inner.table;
+        // BTI has no Summary.db to sample: its plan is always the full pass.
+        if t.descriptor.format == Format::Bti {
+            return Ok(None);
+        }
         let index_path = t.path(&Component::Index);
         let f = File::open(&index_path).map_err(|e| FormatError::io(&index_path, e))?;
         let Some(mut probe) = FileProbe::new(t, &f) else {
@@ -342,7 +347,8 @@ impl Parent {
             shape.min_dead_prefix,
         );
         let mut fingerprint = Fingerprint::default();
-        let mut r = t.index_reader()?;
+        let src = t.partition_source()?;
+        let mut r = src.reader(t)?;
         let mut last = 0;
         let mut ordinal = 0u64;
         while let Some(e) = r.next_entry()? {

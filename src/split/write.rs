@@ -12,7 +12,7 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::child::{self, Built, IndexParts, IndexShape, IndexSide};
+use super::child::{self, Built, IndexParts, IndexShape, IndexSide, RowIndexRef};
 use super::data::{self, DataLayout, DataResult, DataTarget, ParentData, Segment, Sharing};
 use super::error::WriteError;
 use super::parent::split_support;
@@ -22,9 +22,11 @@ use super::report::ChildReport;
 use super::spec::{Cut, Label, RepairTriple};
 use super::staged::{Staged, StagingGuard, Unchecked, Written};
 use crate::io::durable::{Batch, BatchError};
+use crate::sstable::bti::scan::RowIndex;
 use crate::sstable::fingerprint::Fingerprint;
 use crate::sstable::index::IndexEntryRef;
 use crate::sstable::murmur::KeyHash;
+use crate::sstable::scan::PartitionSource;
 use crate::sstable::{Component, Descriptor, FormatError, SSTableId};
 
 /// Progress of the write pass.
@@ -62,6 +64,7 @@ struct Pending {
     hash: KeyHash,
     position: u64,
     promoted: Vec<u8>,
+    row_index: Option<RowIndex>,
     index_offset: u64,
 }
 
@@ -75,6 +78,7 @@ impl Pending {
         self.position = e.position;
         self.promoted.clear();
         self.promoted.extend_from_slice(e.promoted_index);
+        self.row_index = e.row_index.cloned();
         self.index_offset = e.index_offset;
     }
 }
@@ -219,8 +223,9 @@ impl Plan {
         // buffers, swapped at each entry: no allocation a partition.
         let mut pending = Pending::default();
         let mut next = Pending::default();
-        let mut r = t.index_reader()?;
-        let index_total = t.size_of(&Component::Index).unwrap_or(0);
+        let src = t.partition_source()?;
+        let mut r = src.reader(t)?;
+        let index_total = PartitionSource::span(t);
         let mut ordinal = 0u64;
         let mut last_progress = 0;
         let data_length = t.data_length();
@@ -257,6 +262,7 @@ impl Plan {
                     hash,
                     position: pos,
                     ref promoted,
+                    ref row_index,
                     index_offset: off,
                     ..
                 } = pending;
@@ -292,7 +298,8 @@ impl Plan {
                     Some(o) => o,
                     slot => {
                         let mut side = IndexSide::create(
-                            &descs[ci].path(&Component::Index),
+                            &descs[ci],
+                            t.partitioner,
                             &shape,
                             plan.child.partitions() + plan.head.fillers().len() as u64,
                         )?;
@@ -321,7 +328,11 @@ impl Plan {
                     // An earlier split's filler stays one (it leads the first child).
                     o.side.add_filler(key, child_pos, end - pos)?;
                 } else {
-                    o.side.add(key, hash, child_pos, end - pos, promoted)?;
+                    let row_index = RowIndexRef {
+                        promoted,
+                        rows: row_index.as_ref(),
+                    };
+                    o.side.add(key, hash, child_pos, end - pos, row_index)?;
                 }
                 if p_ord == seg_last && seg == last_segment_of[ci] {
                     if let Some(o) = open[ci].take() {
@@ -459,12 +470,14 @@ impl Plan {
         let t = self.parent.table();
         let p = &self.children[ci];
         let desc = o.desc;
-        let (index_w, parts) = o.side.finish()?;
-        let index_path = desc.path(&Component::Index);
-        let index_file = index_w
-            .into_inner()
-            .map_err(|e| WriteError::io(&index_path, e.into_error()))?;
-        batch.adopt(&index_path, index_file, false);
+        let (sinks, parts) = o.side.finish()?;
+        for (c, w) in sinks {
+            let path = desc.path(&c);
+            let file = w
+                .into_inner()
+                .map_err(|e| WriteError::io(&path, e.into_error()))?;
+            batch.adopt(&path, file, false);
+        }
         children_fp.merge(&parts.fingerprint);
         let data_path = desc.path(&Component::Data);
         let mut result = self.write_data(ci, pd, sharing, &data_path)?;
@@ -515,7 +528,7 @@ impl Plan {
         }
         batch.last(
             &desc.path(&Component::Toc),
-            child::toc(t.compression.is_some(), &rebuilt),
+            child::toc(t.descriptor.format, t.compression.is_some(), &rebuilt),
         );
         Ok(self.child_report(ci, data_path, &parts, result))
     }
@@ -637,13 +650,16 @@ impl Plan {
         let p = &self.children[ci];
         let t = self.parent.table();
         let shape = IndexShape::of(t)?;
-        let index_path = t.path(&Component::Index);
+        // The parent's names: only errors show them.
         let mut side = IndexSide::new(
-            &index_path,
-            Vec::new(),
+            &t.descriptor,
+            t.partitioner,
+            |_| Ok(Vec::new()),
             &shape,
             p.child.partitions() + p.head.fillers().len() as u64,
-        );
+        )?;
+        let src = t.partition_source()?;
+        let index_path = side.index_path.clone();
         side.add_fillers(&p.head)?;
         let base = p.geometry.map_or(0, |g| g.base);
         let lead = p.geometry.map_or(0, |g| g.lead);
@@ -659,24 +675,35 @@ impl Plan {
                     pos - base + lead
                 }
             };
-            let mut r = crate::sstable::index::IndexReader::open_at(&index_path, run.index_start)?;
-            let mut prev: Option<(Vec<u8>, u64, Vec<u8>)> = None;
+            let mut r = src.reader_at(t, run.index_start)?;
+            type Entry = (Vec<u8>, u64, Vec<u8>, Option<RowIndex>);
+            let mut prev: Option<Entry> = None;
             let mut n = 0;
             loop {
                 let next = if n < run.partitions() {
-                    r.next_entry()?
-                        .map(|e| (e.key.to_vec(), e.position, e.promoted_index.to_vec()))
+                    r.next_entry()?.map(|e| {
+                        (
+                            e.key.to_vec(),
+                            e.position,
+                            e.promoted_index.to_vec(),
+                            e.row_index.cloned(),
+                        )
+                    })
                 } else {
                     None
                 };
-                if let Some((key, pos, promoted)) = prev.take() {
+                if let Some((key, pos, promoted, rows)) = prev.take() {
                     let end = next
                         .as_ref()
                         .map_or(run.end_position.min(data_length), |n| n.1);
                     if run.first_ordinal + n - 1 < self.parent.leading_empty() {
                         side.add_filler(&key, at(pos), end - pos)?;
                     } else {
-                        side.add(&key, KeyHash::of(&key), at(pos), end - pos, &promoted)?;
+                        let row_index = RowIndexRef {
+                            promoted: &promoted,
+                            rows: rows.as_ref(),
+                        };
+                        side.add(&key, KeyHash::of(&key), at(pos), end - pos, row_index)?;
                     }
                 }
                 match next {
@@ -704,7 +731,7 @@ impl Plan {
             run_offset += run.bytes();
         }
         let (index, parts) = side.finish()?;
-        let mut out: Vec<Built> = vec![(Component::Index, index)];
+        let mut out: Vec<Built> = index;
         if let Some(ci_parent) = &t.compression {
             let mut b = Vec::with_capacity(64 + layout.offsets.len() * 8);
             data::write_compression_info(
@@ -729,7 +756,7 @@ impl Plan {
             None,
             digest,
         );
-        let toc = child::toc(t.compression.is_some(), &rebuilt);
+        let toc = child::toc(t.descriptor.format, t.compression.is_some(), &rebuilt);
         out.extend(rebuilt);
         out.push((Component::Toc, toc));
         Ok(out)

@@ -35,8 +35,27 @@ impl Version {
         SUPPORTED_BIG_VERSIONS.contains(&self.as_str())
     }
 
+    /// BTI `da` (5.0's only BTI version) has `oa`'s flags: `BtiFormat.BtiVersion` answers
+    /// every predicate below as `BigFormat.BigVersion` does for `oa` (bti-format.md §3:
+    /// same Statistics.db serializer, `hasUIntDeletionTime`, `hasKeyRange`,
+    /// `hasTokenSpaceCoverage`, messaging version 50; no legacy min/max). BIG never had a
+    /// `d` version, so the name alone says which.
+    fn flags(&self) -> [u8; 2] {
+        if self.0 == *b"da" {
+            *b"oa"
+        } else {
+            self.0
+        }
+    }
+
+    /// `da`, the BTI version of Cassandra 5.0 (trunk's `ea`/`eb` and DataStax's are not).
+    pub fn is_supported_bti(&self) -> bool {
+        self.0 == *b"da"
+    }
+
     fn at_least(&self, v: &str) -> bool {
-        self.as_str() >= v
+        let f = self.flags();
+        std::str::from_utf8(&f).unwrap_or("??") >= v
     }
 
     /// `hasCommitLogLowerBound` (mb+).
@@ -49,15 +68,15 @@ impl Version {
     }
     /// `hasAccurateMinMax`: `m[d-z]|n[a-z]`; only says whether legacy min/max are trusted.
     pub fn has_accurate_min_max(&self) -> bool {
-        matches!(self.0, [b'm', b'd'..=b'z'] | [b'n', _])
+        matches!(self.flags(), [b'm', b'd'..=b'z'] | [b'n', _])
     }
     /// `hasLegacyMinMax`: `m[a-z]|n[a-z]`.
     pub fn has_legacy_min_max(&self) -> bool {
-        matches!(self.0, [b'm', _] | [b'n', _])
+        matches!(self.flags(), [b'm', _] | [b'n', _])
     }
     /// `hasOriginatingHostId`: `nb+` or `m[e-z]` (`na` lacks it).
     pub fn has_originating_host_id(&self) -> bool {
-        self.at_least("nb") || matches!(self.0, [b'm', b'e'..=b'z'])
+        self.at_least("nb") || matches!(self.flags(), [b'm', b'e'..=b'z'])
     }
     /// `hasMaxCompressedLength` (na+): CompressionInfo carries it and chunks may be stored raw.
     pub fn has_max_compressed_length(&self) -> bool {
@@ -305,16 +324,19 @@ impl Descriptor {
         self.dir.join(self.file_name(c))
     }
 
-    /// Fails with a clear error unless this is a BIG sstable of a version cleave handles.
+    /// Fails with a clear error unless this is a BIG version or the BTI `da` cleave handles.
     pub fn require_supported(&self) -> Result<()> {
         let data = self.path(&Component::Data);
         if self.format == Format::Bti {
+            if self.version.is_supported_bti() {
+                return Ok(());
+            }
             return Err(FormatError::unsupported(
                 &data,
                 None,
                 format!(
-                    "BTI sstable (version {}): cleave reads and splits the BIG format only",
-                    self.version
+                    "BTI version {:?}: cleave supports da (Cassandra 5.0); later trie versions (ea, eb) and DataStax's are not read",
+                    self.version.as_str()
                 ),
             ));
         }

@@ -14,6 +14,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use super::bti::scan::RowIndex;
 use super::bytes::Put;
 use super::error::{FormatError, Location, Result};
 use super::vint;
@@ -26,8 +27,11 @@ pub struct IndexEntryRef<'a> {
     pub position: u64,
     /// Promoted index bytes (empty when the partition is not indexed).
     pub promoted_index: &'a [u8],
-    /// Offset of this entry in Index.db.
+    /// Offset of this entry in Index.db (for a BTI partition, its Data.db position:
+    /// `scan::PartitionReader`).
     pub index_offset: u64,
+    /// A BTI partition's row index (Rows.db); BIG keeps it in `promoted_index`.
+    pub row_index: Option<&'a RowIndex>,
 }
 
 impl IndexEntryRef<'_> {
@@ -37,6 +41,7 @@ impl IndexEntryRef<'_> {
             position: self.position,
             promoted_index: self.promoted_index.to_vec(),
             index_offset: self.index_offset,
+            row_index: self.row_index.cloned(),
         }
     }
 }
@@ -47,6 +52,7 @@ pub struct IndexEntry {
     pub position: u64,
     pub promoted_index: Vec<u8>,
     pub index_offset: u64,
+    pub row_index: Option<RowIndex>,
 }
 
 const DEFAULT_BUFFER: usize = 256 * 1024;
@@ -309,6 +315,7 @@ impl<R: Read> IndexReader<R> {
             position: parsed.position,
             promoted_index: &b[parsed.promoted],
             index_offset: entry_offset,
+            row_index: None,
         }))
     }
 }

@@ -22,6 +22,7 @@ pub mod lz4;
 pub mod murmur;
 pub mod release;
 pub mod row;
+pub mod scan;
 pub mod statistics;
 pub mod summary;
 pub mod table;

@@ -101,7 +101,8 @@ fn read_one(data: &Path, now_secs: i64) -> Result<Option<NodeRelease>> {
             "no serialization header: column names unknown",
         )
     })?;
-    let mut index = t.index_reader()?;
+    let src = t.partition_source()?;
+    let mut index = src.reader(&t)?;
     let mut at = None;
     let mut end = t.data_length();
     while let Some(e) = index.next_entry()? {

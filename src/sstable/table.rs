@@ -11,8 +11,8 @@ use super::descriptor::{Component, Descriptor, Toc};
 use super::error::{FormatError, Result};
 use super::filter::BloomFilter;
 use super::fingerprint::Fingerprint;
-use super::index::IndexReader;
 use super::murmur::KeyHash;
+use super::scan::PartitionSource;
 use super::statistics::Statistics;
 use super::summary::Summary;
 use super::token::{Partitioner, Token};
@@ -200,12 +200,19 @@ impl SSTable {
             .map_or(self.data_file_size, |c| c.data_length)
     }
 
-    pub fn index_reader(&self) -> Result<IndexReader<fs::File>> {
+    /// Index.db of a BIG sstable (BTI has none: `partition_source` reads either).
+    pub fn index_reader(&self) -> Result<super::index::IndexReader<fs::File>> {
         let p = self.path(&Component::Index);
         if !self.has(&Component::Index) {
             return Err(FormatError::corrupt(&p, None, "Index.db is missing"));
         }
-        Ok(IndexReader::open(&p)?.with_data_length(self.data_length()))
+        Ok(super::index::IndexReader::open(&p)?.with_data_length(self.data_length()))
+    }
+
+    /// What every partition is read from, in token order (`scan`): Index.db, or BTI's
+    /// Partitions.db and Rows.db read whole.
+    pub fn partition_source(&self) -> Result<PartitionSource> {
+        PartitionSource::of(self)
     }
 
     pub fn data_reader(&self) -> Result<DataReader> {
@@ -373,7 +380,8 @@ impl SSTable {
     /// fingerprint, as every check does.
     pub fn leading_empty_partitions(&self) -> Result<u64> {
         let mut d = self.data_reader()?;
-        let mut r = self.index_reader()?;
+        let src = self.partition_source()?;
+        let mut r = src.reader(self)?;
         let dl = self.data_length();
         let mut n = 0;
         let rows = row_shape(self);
@@ -415,7 +423,8 @@ fn check(
     let data_length = t.data_length();
     let mut prev: Option<Token> = None;
     let mut summary_next = 0usize;
-    let mut reader = t.index_reader()?;
+    let src = t.partition_source()?;
+    let mut reader = src.reader(t)?;
     let mut last_offset = 0u64;
     // One hash a key: its token, its fingerprint and its Bloom filter lookup share it.
     let mut prev_key: Vec<u8> = Vec::new();
@@ -569,7 +578,7 @@ fn check(
         }
     }
     progress(CheckProgress::IndexBytes(
-        t.size_of(&Component::Index).unwrap_or(0) - last_offset,
+        PartitionSource::span(t).saturating_sub(last_offset),
     ));
     let Some(mut d) = data else { return Ok(report) };
     if let Some(ci) = t.compression.clone() {

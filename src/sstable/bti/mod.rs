@@ -16,6 +16,7 @@
 pub mod keys;
 pub mod partitions;
 pub mod rows;
+pub mod scan;
 pub(crate) mod trie;
 
 pub use partitions::{Footer, IndexPos, PartitionEntry, PartitionIndex, PartitionIndexWriter};

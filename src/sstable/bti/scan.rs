@@ -1,0 +1,232 @@
+//! Every partition of a BTI sstable in token order, with its full key — what Index.db
+//! gives a BIG split in one stream. Partitions.db stores only each key's shortest unique
+//! prefix (`PartitionIndexBuilder`), so the key of a partition without a row index is read
+//! where `BtiTableScanner` finds it, at its start in Data.db (u16 length, key); a partition
+//! with a row index has its key, Data.db position and row-index trie in Rows.db
+//! (`TrieIndexEntry`). Chunks are decoded in order, one at a time (`DataReader` keeps the
+//! last), so a pass reads Data.db once.
+//!
+//! Each key is checked against the trie that led to it: its byte-comparable form must start
+//! with the stored prefix and its filter hash byte must be the stored one — a Partitions.db
+//! that points at the wrong partition fails here, not in Cassandra's reads.
+
+use std::path::{Path, PathBuf};
+
+use super::keys;
+use super::partitions::{Entries, IndexPos, PartitionEntry, PartitionIndex};
+use super::rows::{self, DeletionTime, RowBlock, RowIndexEntry};
+use crate::sstable::data::DataReader;
+use crate::sstable::error::{FormatError, Result};
+use crate::sstable::hex;
+use crate::sstable::token::Partitioner;
+
+/// A partition's row index, as Rows.db holds it and a child re-serializes it: the blocks
+/// (offsets relative to the partition start, so they move with it unchanged), the block
+/// count and the partition-level deletion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowIndex {
+    pub blocks: Vec<RowBlock>,
+    pub block_count: u32,
+    pub deletion: DeletionTime,
+}
+
+/// The two BTI index files, read whole (what `PartitionScan` borrows).
+pub struct BtiIndexFiles {
+    pub partitions_path: PathBuf,
+    pub partitions: Vec<u8>,
+    pub rows_path: PathBuf,
+    pub rows: Vec<u8>,
+}
+
+/// One partition of the scan.
+pub struct ScannedPartition<'s> {
+    pub key: &'s [u8],
+    pub position: u64,
+    pub row_index: Option<&'s RowIndex>,
+}
+
+pub struct PartitionScan<'a> {
+    files: &'a BtiIndexFiles,
+    entries: Entries<'a>,
+    data: DataReader,
+    data_length: u64,
+    partitioner: Partitioner,
+    first_key: Vec<u8>,
+    last_key: Vec<u8>,
+    /// Where the previous Rows.db entry ended: the next entry's trie starts there.
+    rows_end: u64,
+    /// The trie's next partition, read ahead: its position is where the scan stands.
+    ahead: Option<Ahead>,
+    key: Vec<u8>,
+    row_index: Option<RowIndex>,
+    count: u64,
+}
+
+/// A trie entry read ahead of the scan, with its Rows.db entry when it has one.
+struct Ahead {
+    entry: PartitionEntry,
+    rows: Option<RowIndexEntry>,
+    position: u64,
+}
+
+impl<'a> PartitionScan<'a> {
+    pub fn new(
+        files: &'a BtiIndexFiles,
+        index: &PartitionIndex<'a>,
+        data: DataReader,
+        partitioner: Partitioner,
+    ) -> Result<Self> {
+        let footer = index.footer();
+        let mut scan = PartitionScan {
+            files,
+            entries: index.entries(),
+            data_length: data.data_length(),
+            data,
+            partitioner,
+            first_key: footer.first_key.clone(),
+            last_key: footer.last_key.clone(),
+            rows_end: 0,
+            ahead: None,
+            key: Vec::new(),
+            row_index: None,
+            count: 0,
+        };
+        scan.ahead = scan.read_ahead()?;
+        Ok(scan)
+    }
+
+    fn rows_path(&self) -> &Path {
+        &self.files.rows_path
+    }
+
+    fn read_ahead(&mut self) -> Result<Option<Ahead>> {
+        let Some(entry) = self.entries.next().transpose()? else {
+            return Ok(None);
+        };
+        Ok(Some(match entry.pos {
+            IndexPos::Data(position) => Ahead {
+                entry,
+                rows: None,
+                position,
+            },
+            IndexPos::Rows(at) => {
+                let e = rows::read_entry(self.rows_path(), &self.files.rows, at)?;
+                if e.data_position >= self.data_length {
+                    return Err(FormatError::corrupt(
+                        self.rows_path(),
+                        Some(at),
+                        format!(
+                            "row index entry names Data.db position {}, past its data length {}",
+                            e.data_position, self.data_length
+                        ),
+                    ));
+                }
+                Ahead {
+                    entry,
+                    position: e.data_position,
+                    rows: Some(e),
+                }
+            }
+        }))
+    }
+
+    /// Data.db position of the next partition (the data length after the last): where
+    /// the scan stands, as an Index.db offset says where a BIG reader stands.
+    pub fn position(&self) -> u64 {
+        self.ahead.as_ref().map_or(self.data_length, |a| a.position)
+    }
+
+    /// Skips, without reading their keys, the partitions that start before `position`.
+    pub fn skip_to(&mut self, position: u64) -> Result<()> {
+        while self.ahead.as_ref().is_some_and(|a| a.position < position) {
+            if let Some(e) = self.ahead.take().and_then(|a| a.rows) {
+                self.rows_end = e.end;
+            }
+            self.count += 1;
+            self.ahead = self.read_ahead()?;
+        }
+        Ok(())
+    }
+
+    /// The next partition, or `None` after the last (whose key must be the footer's).
+    pub fn next_partition(&mut self) -> Result<Option<ScannedPartition<'_>>> {
+        let Some(Ahead {
+            entry,
+            rows,
+            position,
+        }) = self.ahead.take()
+        else {
+            if self.count > 0 && self.key != self.last_key && !self.key.is_empty() {
+                return Err(FormatError::corrupt(
+                    &self.files.partitions_path,
+                    None,
+                    format!(
+                        "the footer's last key {} is not the last partition's key {}",
+                        hex::encode(&self.last_key),
+                        hex::encode(&self.key)
+                    ),
+                ));
+            }
+            return Ok(None);
+        };
+        match rows {
+            None => {
+                self.row_index = None;
+                let n = self.data.read_at(position, 2)?;
+                let len = u16::from_be_bytes([n[0], n[1]]) as usize;
+                self.key = self.data.read_at(position + 2, len)?;
+            }
+            Some(e) => {
+                let blocks =
+                    rows::read_blocks(self.rows_path(), &self.files.rows, &e, self.rows_end)?;
+                self.rows_end = e.end;
+                self.row_index = Some(RowIndex {
+                    blocks,
+                    block_count: e.block_count,
+                    deletion: e.deletion,
+                });
+                self.key = e.key;
+            }
+        }
+        let comparable = keys::decorated_key(self.partitioner, &self.key).ok_or_else(|| {
+            FormatError::unsupported(
+                &self.files.partitions_path,
+                None,
+                format!("no byte-comparable key encoding for {:?}", self.partitioner),
+            )
+        })?;
+        if !comparable.starts_with(&entry.prefix)
+            || entry.hash.is_some_and(|h| h != keys::hash_byte(&self.key))
+        {
+            return Err(FormatError::corrupt(
+                &self.files.partitions_path,
+                None,
+                format!(
+                    "partition {} (trie prefix {}, hash byte {:?}) points at Data.db position {position}, whose key {} does not match",
+                    self.count,
+                    hex::encode(&entry.prefix),
+                    entry.hash,
+                    hex::encode(&self.key)
+                ),
+            ));
+        }
+        if self.count == 0 && self.key != self.first_key {
+            return Err(FormatError::corrupt(
+                &self.files.partitions_path,
+                None,
+                format!(
+                    "the footer's first key {} is not the first partition's key {}",
+                    hex::encode(&self.first_key),
+                    hex::encode(&self.key)
+                ),
+            ));
+        }
+        self.count += 1;
+        self.ahead = self.read_ahead()?;
+        Ok(Some(ScannedPartition {
+            key: &self.key,
+            position,
+            row_index: self.row_index.as_ref(),
+        }))
+    }
+}
