@@ -246,6 +246,7 @@ fn small_manifest(id: &str, ci: &[u8]) -> manifest::Manifest {
         keyspace: "ks".into(),
         table: "t".into(),
         version: "nb".into(),
+        format: Default::default(),
         import: Import::None,
         source: None,
         destination: None,

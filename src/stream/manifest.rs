@@ -12,6 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::sstable::Format;
+
 pub const MAGIC: &[u8; 4] = b"CLVM";
 /// The protocol version this build speaks (docs/stream.md).
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -38,8 +40,47 @@ pub const ALLOWED_COMPONENTS: &[&str] = &[
     "Summary.db",
     "Filter.db",
     "Index.db",
+    "Partitions.db",
+    "Rows.db",
     "Data.db",
 ];
+
+/// The child's sstable format. A manifest without `format` is BIG (what every receiver
+/// before BTI support understood); a receiver that predates the field refuses a BTI
+/// manifest (`deny_unknown_fields`) instead of writing BTI files under BIG names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ManifestFormat {
+    #[default]
+    Big,
+    Bti,
+}
+
+impl ManifestFormat {
+    pub fn of(f: Format) -> ManifestFormat {
+        match f {
+            Format::Big => ManifestFormat::Big,
+            Format::Bti => ManifestFormat::Bti,
+        }
+    }
+    pub fn format(self) -> Format {
+        match self {
+            ManifestFormat::Big => Format::Big,
+            ManifestFormat::Bti => Format::Bti,
+        }
+    }
+    fn is_big(&self) -> bool {
+        *self == ManifestFormat::Big
+    }
+    /// The primary index components a child of this format must carry, and the ones it
+    /// must not.
+    fn index_components(self) -> (&'static [&'static str], &'static [&'static str]) {
+        match self {
+            ManifestFormat::Big => (&["Index.db"], &["Partitions.db", "Rows.db"]),
+            ManifestFormat::Bti => (&["Partitions.db", "Rows.db"], &["Index.db", "Summary.db"]),
+        }
+    }
+}
 
 /// What the receiver does with the child once it passed every check (RangeStream
 /// `spec.import`).
@@ -77,8 +118,12 @@ pub struct Manifest {
     pub group: String,
     pub keyspace: String,
     pub table: String,
-    /// BIG format version of the child (`ma` … `oa`); the receiver names the files with it.
+    /// Format version of the child (BIG `ma` … `oa`, BTI `da`); the receiver names the
+    /// files with it.
     pub version: String,
+    /// `big` (default, omitted) or `bti`.
+    #[serde(default, skip_serializing_if = "ManifestFormat::is_big")]
+    pub format: ManifestFormat,
     pub import: Import,
     /// Informational: the sending node and the parent's Data.db file name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -128,8 +173,15 @@ impl Manifest {
         check_id("group", &self.group)?;
         check_identifier("keyspace", &self.keyspace)?;
         check_identifier("table", &self.table)?;
-        match crate::sstable::Version::parse(&self.version) {
-            Some(v) if v.is_supported_big() => {}
+        match (crate::sstable::Version::parse(&self.version), self.format) {
+            (Some(v), ManifestFormat::Big) if v.is_supported_big() => {}
+            (Some(v), ManifestFormat::Bti) if v.is_supported_bti() => {}
+            (_, ManifestFormat::Bti) => {
+                return Err(err(
+                    "version",
+                    format!("{:?} is not a supported BTI version (da)", self.version),
+                ))
+            }
             _ => {
                 return Err(err(
                     "version",
@@ -191,10 +243,14 @@ impl Manifest {
                 ));
             }
         }
-        for required in ["Data.db", "Index.db", "Statistics.db"] {
+        let (index, foreign) = self.format.index_components();
+        for required in ["Data.db", "Statistics.db"].iter().chain(index) {
             if self.file(required).is_none() {
                 return Err(err("files", format!("{required} is missing")));
             }
+        }
+        if let Some(f) = foreign.iter().find(|c| self.file(c).is_some()) {
+            return Err(err("files", format!("{f} in a {:?} sstable", self.format)));
         }
         let pos = |c: &str| self.files.iter().position(|f| f.component == c);
         match (pos("CompressionInfo.db"), pos("CRC.db")) {
@@ -356,6 +412,7 @@ mod tests {
             keyspace: "ks".into(),
             table: "t_1".into(),
             version: "nb".into(),
+            format: Default::default(),
             import: Import::None,
             source: Some("node-a nb-5-big-Data.db".into()),
             destination: Some("node-b".into()),

@@ -28,7 +28,7 @@ use std::path::Path;
 
 use hyper::body::Bytes;
 
-use super::manifest::{FileEntry, Manifest};
+use super::manifest::{FileEntry, Manifest, ManifestFormat};
 use super::send::{self, ChildName, ChildSource, FileSource, Segment};
 use super::StreamError;
 use crate::split::plan::{Layout, Policy};
@@ -203,6 +203,7 @@ pub fn range_children(
             keyspace: name.keyspace.clone(),
             table: name.table.clone(),
             version: version.clone(),
+            format: ManifestFormat::of(t.descriptor.format),
             import: name.import,
             source: name.source.clone(),
             destination: name.destination.clone(),

@@ -41,7 +41,7 @@ use crate::split::import_dir::staged_names;
 use crate::sstable::checksum::{ChunkChecksums, Digest};
 use crate::sstable::compression::CompressionInfo;
 use crate::sstable::table::CheckLevel;
-use crate::sstable::{Component, Descriptor, Format, SSTable, SSTableId, Toc, Version};
+use crate::sstable::{Component, Descriptor, SSTable, SSTableId, Toc, Version};
 
 /// Plain files get a resume point every 8 MiB; chunked files at chunk ends.
 const PLAIN_STEP: u64 = 8 << 20;
@@ -1090,7 +1090,7 @@ impl Receiver {
             dir,
             version,
             id: SSTableId::Sequence(generation),
-            format: Format::Big,
+            format: m.format.format(),
         };
         let (target, table) = self.target_dir(&m)?;
         if target != journal.target {
@@ -1378,13 +1378,21 @@ impl Receiver {
             version: Version::parse(&m.version)
                 .ok_or_else(|| StreamError::Invalid(format!("version {}", m.version)))?,
             id: SSTableId::Sequence(generation),
-            format: Format::Big,
+            format: m.format.format(),
         };
         let mut toc = Vec::new();
         for f in &m.files {
             let c = Component::parse(&f.component);
-            dir.rename_noreplace(&f.component, &sdir, &desc.file_name(&c))
-                .map_err(io_at(&desc.path(&c)))?;
+            if f.size == 0 && !exists(dir, &f.component) {
+                // An empty component (a BTI Rows.db when no partition has a row index)
+                // gets no byte on the wire, so no PUT ever created it.
+                let p = desc.path(&c);
+                let file = sdir.create_new(&desc.file_name(&c)).map_err(io_at(&p))?;
+                file.sync_all().map_err(io_at(&p))?;
+            } else {
+                dir.rename_noreplace(&f.component, &sdir, &desc.file_name(&c))
+                    .map_err(io_at(&desc.path(&c)))?;
+            }
             toc.push(c);
         }
         let data_crc32 = self.progress(dir, "Data.db").crc;

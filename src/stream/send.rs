@@ -126,6 +126,8 @@ pub(super) const ORDER: &[Component] = &[
     Component::Summary,
     Component::Filter,
     Component::Index,
+    Component::Partitions,
+    Component::Rows,
     Component::Data,
 ];
 
@@ -194,6 +196,7 @@ pub fn whole_sstable(data: &Path, name: &ChildName) -> Result<ChildSource, Strea
         keyspace: name.keyspace.clone(),
         table: name.table.clone(),
         version: t.descriptor.version.to_string(),
+        format: manifest::ManifestFormat::of(t.descriptor.format),
         import: name.import,
         source: name.source.clone(),
         destination: name.destination.clone(),
