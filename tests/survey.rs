@@ -200,3 +200,85 @@ fn survey_of_a_missing_directory_fails_with_a_reason_and_changes_nothing() {
     assert!(err.contains("error[") && err.contains("nope"), "{err}");
     assert!(!missing.exists());
 }
+
+/// BTI (`da`): children cut for a 5.0.4 target keep a dead prefix, and the survey finds each
+/// one through Partitions.db — the same count and first positions the split reported
+/// (`dead_prefix`, the planner's figure, read back here from the children alone); the
+/// default target's children have none, and the survey says so.
+#[test]
+fn survey_counts_a_bti_dead_prefix() {
+    let Some(shared) = corpus_or_skip("survey bti") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let ks = d.path().join("data/ks");
+    let fixture = shared.join(
+        "corpus/gitarcode-test+cassandra/test/data/legacy-sstables/da/legacy_tables/legacy_da_clust/da-1-bti-Data.db",
+    );
+    let parent = copy_sstable(&fixture, &ks.join(format!("t-{ID}")));
+    let mut a: Vec<&OsStr> = vec![
+        "split".as_ref(),
+        parent.as_os_str(),
+        "--parts".as_ref(),
+        "3".as_ref(),
+        "--json".as_ref(),
+        "--out".as_ref(),
+    ];
+    let old_dir = ks.join(format!("d504-{ID}"));
+    let new_dir = ks.join(format!("d509-{ID}"));
+    std::fs::create_dir_all(&old_dir).unwrap();
+    std::fs::create_dir_all(&new_dir).unwrap();
+    let mut old_args = a.clone();
+    old_args.extend([
+        old_dir.as_os_str(),
+        "--target-cassandra".as_ref(),
+        "5.0.4".as_ref(),
+    ]);
+    let old = cleave_json(&old_args);
+    a.push(new_dir.as_os_str());
+    let new = cleave_json(&a);
+    let dead: Vec<(String, u64)> = old["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["dead_prefix"].as_u64().unwrap() > 0)
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap().to_string(),
+                c["dead_prefix"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(!dead.is_empty(), "5.0.4 children with a dead prefix: {old}");
+    assert!(
+        new["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["dead_prefix"] == 0),
+        "{new}"
+    );
+
+    let s = inspect(&ks);
+    assert_eq!(s["sstables"], 1 + 3 + 3, "{s}");
+    assert_eq!(s["unreadable"].as_array().unwrap().len(), 0, "{s}");
+    assert_eq!(s["dead_prefix"], dead.len(), "{s}");
+    let mut listed: Vec<(String, u64)> = s["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["first_position"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    listed.sort();
+    let mut want = dead.clone();
+    want.sort();
+    assert_eq!(listed, want, "{s}");
+    let only_new = inspect(&new_dir);
+    assert_eq!(only_new["dead_prefix"], 0, "{only_new}");
+    assert_eq!(only_new["unreadable"].as_array().unwrap().len(), 0);
+}

@@ -221,10 +221,10 @@ mod tests {
         let api = agent("5.0.9").await;
         let r = resolve(TargetCassandra::Unknown, Some(&api), &fixture).await;
         assert_eq!(r.source, ReleaseSource::ManagementApi);
-        // BTI system tables are not read yet: unknown, and the note says why.
+        // A node that writes BTI: its da system.local is read the same way.
         let bti = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/system_local/5.0.9-bti");
         let r = resolve(TargetCassandra::Unknown, None, &bti).await;
-        assert_eq!(r.source, ReleaseSource::None);
-        assert!(r.note.unwrap_or_default().contains("skipped"));
+        assert_eq!(r.release, TargetCassandra::parse("5.0.9").unwrap());
+        assert_eq!(r.source, ReleaseSource::SystemLocal);
     }
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::reason::Reason;
-use crate::sstable::descriptor::{Component, Descriptor, Format};
+use crate::sstable::descriptor::{Component, Descriptor};
 use crate::sstable::SSTable;
 
 /// Directories Cassandra keeps beside the live sstables that are not read by compaction:
@@ -39,9 +39,8 @@ pub struct Survey {
     pub tables: Vec<TableSurvey>,
     /// Every sstable with a dead prefix, live ones first.
     pub files: Vec<DeadPrefixFile>,
-    /// Sstables the survey could not read: BTI (no Index.db; cleave does not read BTI
-    /// partitions yet, and BTI is 5.0+, where cleave never writes a dead prefix), a
-    /// damaged or unsupported one.
+    /// Sstables the survey could not read: a damaged or unsupported one (BIG and BTI `da`
+    /// are both read: a BTI child cut for a 5.0.0–5.0.4 target may have a dead prefix).
     pub unreadable: Vec<Unreadable>,
 }
 
@@ -210,14 +209,6 @@ fn first_position(data: &Path) -> Result<(u64, u64), Unreadable> {
         reason,
         message,
     };
-    if let Ok((d, _)) = Descriptor::from_path(data) {
-        if d.format == Format::Bti {
-            return Err(fail(
-                Reason::UnsupportedSSTable,
-                "BTI sstable (Partitions.db): not surveyed; BTI is 5.0+, where cleave writes no dead prefix".into(),
-            ));
-        }
-    }
     let format = |e: crate::sstable::FormatError| {
         fail(crate::split::error::format_reason(&e), e.to_string())
     };

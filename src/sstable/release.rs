@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::bytes::Reader;
-use super::descriptor::{Component, Descriptor, Format};
+use super::descriptor::Component;
 use super::error::{FormatError, Result};
 use super::row::newest_live_cell;
 use super::table::SSTable;
@@ -21,7 +21,8 @@ pub struct NodeRelease {
     pub sstable: PathBuf,
 }
 
-/// What `node_release` found, and the sstables it could not read (BTI, corrupt), with why.
+/// What `node_release` found, and the sstables it could not read (corrupt, unsupported), with
+/// why.
 #[derive(Debug, Default)]
 pub struct ReleaseScan {
     pub release: Option<NodeRelease>,
@@ -30,8 +31,7 @@ pub struct ReleaseScan {
 }
 
 /// Reads `<data_dir>/system/local-*/*-Data.db` (not snapshots or backups). An sstable that
-/// cannot be read — BTI `da` (no BIG Index.db to find the partition by), or one that fails to
-/// parse — is listed in `skipped`, not fatal; only an unreadable `system` directory is.
+/// cannot be read — an unsupported format version, or one that fails to parse — is listed in `skipped`, not fatal; only an unreadable `system` directory is.
 pub fn node_release(data_dir: &Path) -> Result<ReleaseScan> {
     let system = data_dir.join("system");
     let mut scan = ReleaseScan::default();
@@ -81,17 +81,7 @@ pub fn node_release(data_dir: &Path) -> Result<ReleaseScan> {
 }
 
 fn read_one(data: &Path, now_secs: i64) -> Result<Option<NodeRelease>> {
-    let (d, _) = Descriptor::from_path(data)?;
-    if d.format == Format::Bti {
-        return Err(FormatError::unsupported(
-            data,
-            None,
-            format!(
-                "BTI sstable (version {}): cleave cannot find a partition in it yet",
-                d.version
-            ),
-        ));
-    }
+    // BIG or BTI `da` alike: the partition source yields each key (BTI: read from Data.db).
     let t = SSTable::open(data)?;
     let stats = t.descriptor.path(&Component::Statistics);
     let header = t.statistics.header.as_ref().ok_or_else(|| {
@@ -143,6 +133,7 @@ fn read_one(data: &Path, now_secs: i64) -> Result<Option<NodeRelease>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sstable::descriptor::Descriptor;
     use crate::sstable::statistics::Statistics;
 
     fn fixture(version: &str) -> PathBuf {
@@ -225,15 +216,19 @@ mod tests {
     }
 
     #[test]
-    fn row_release_bti_is_listed_not_fatal() {
-        // A 5.0.9 node started with `sstable: selected_format: bti`: its da sstable is named
-        // as unreadable, and no version is claimed.
+    fn row_release_of_a_bti_node() {
+        // A 5.0.9 node started with `sstable: selected_format: bti`: its system.local is a
+        // da sstable, read through Partitions.db like any BIG one through Index.db.
         let scan = node_release(&fixture("5.0.9-bti")).unwrap();
-        assert_eq!(scan.release, None);
-        assert_eq!(scan.sstables_read, 0);
-        assert_eq!(scan.skipped.len(), 1, "{:?}", scan.skipped);
-        assert!(scan.skipped[0].0.ends_with("da-8-bti-Data.db"));
-        assert!(scan.skipped[0].1.contains("BTI"), "{}", scan.skipped[0].1);
+        assert!(scan.skipped.is_empty(), "{:?}", scan.skipped);
+        assert_eq!(scan.sstables_read, 1);
+        let r = scan.release.unwrap();
+        assert_eq!(r.version, "5.0.9");
+        assert!(
+            r.sstable.ends_with("da-8-bti-Data.db"),
+            "{}",
+            r.sstable.display()
+        );
     }
 
     #[test]
