@@ -146,6 +146,46 @@ fn cut(
         repaired: None,
     });
 
+    // split --tokens t1,t2 --layout regrid: every child re-encoded on its own chunk grid
+    // (what the default target falls back to where no filler fits; no family of the matrix
+    // needs it, so it is asked for here). Compressed parents only: regrid re-encodes chunks.
+    if parent
+        .with_file_name(
+            parent
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .replace("Data.db", "CompressionInfo.db"),
+        )
+        .exists()
+    {
+        let out = mk("regrid");
+        let mut a = vec![
+            s("split"),
+            s(parent),
+            s("--out"),
+            s(&out),
+            s("--tokens"),
+            s(&toks),
+            s("--layout"),
+            s("regrid"),
+        ];
+        a.extend(tgt.iter().map(s));
+        a.push(s("--json"));
+        let j = run(&a)?;
+        for c in j["children"].as_array().unwrap() {
+            assert_eq!(c["layout"], "regrid", "{tag}: {c}");
+            assert_eq!(c["dead_prefix"], 0, "{tag}: {c}");
+        }
+        cases.push(Case {
+            name: format!("{tag} split --tokens --layout regrid"),
+            parent: parent.into(),
+            children: data_files(&out),
+            ranges: vec![],
+            repaired: None,
+        });
+    }
+
     // anticompaction: (t1, t2] repaired
     let out = mk("anti");
     let ry = work.join(format!("{tag}-anti.yaml"));
@@ -357,7 +397,7 @@ fn judge(d: &Dump, c: &Case) -> usize {
 /// Every family × operation × target, parents written by `writer_line`'s CQLSSTableWriter and
 /// children judged by `reader_line`'s reader (targets: cleave's default and the reader's
 /// version); prints the matrix counts.
-fn matrix(test: &str, reader_line: &str, writer_line: &str) {
+fn matrix(test: &str, reader_line: &str, writer_line: &str, format: &'static str) {
     let (Some(or), Some(wr)) = (oracle_for(test, reader_line), oracle_for(test, writer_line))
     else {
         return;
@@ -374,11 +414,16 @@ fn matrix(test: &str, reader_line: &str, writer_line: &str) {
     // filesystem), then one JVM reads them all for their tokens.
     let mut parents = BTreeMap::new();
     for &(i, f) in &fams {
-        let o = write_opts(i);
+        let o = WriteOpts {
+            format,
+            ..write_opts(i)
+        };
         let cached = wr.write_parent(f, &o);
         let files = copy_table(&cached, &table_dir(&work.path().join("parent"), f));
         assert_eq!(files.len(), 1, "{f}: one parent sstable: {files:?}");
-        let want = if wr.version.starts_with("5.") {
+        let want = if format == "bti" {
+            "da-"
+        } else if wr.version.starts_with("5.") {
             "oa-"
         } else {
             "nb-"
@@ -446,7 +491,7 @@ fn matrix(test: &str, reader_line: &str, writer_line: &str) {
         *per_op.entry(op).or_default() += 1;
     }
     eprintln!(
-        "MATRIX reader {version}, parents by {}: {} cases passed ({} families × targets default,{version}), \
+        "MATRIX reader {version}, {format} parents by {}: {} cases passed ({} families × targets default,{version}), \
          {} children read, {fillers} filler partitions seen; by operation {per_op:?}; \
          refused as expected: {refused:?}",
         wr.version,
@@ -461,27 +506,40 @@ fn matrix(test: &str, reader_line: &str, writer_line: &str) {
 
 #[test]
 fn oracle_matrix_5_0_9() {
-    matrix("oracle_matrix_5_0_9", "5.0", "5.0");
+    matrix("oracle_matrix_5_0_9", "5.0", "5.0", "big");
 }
 
 #[test]
 fn oracle_matrix_5_0_9_nb_parents() {
-    matrix("oracle_matrix_5_0_9_nb_parents", "5.0", "4.1");
+    matrix("oracle_matrix_5_0_9_nb_parents", "5.0", "4.1", "big");
 }
 
 #[test]
 fn oracle_matrix_5_0_4() {
-    matrix("oracle_matrix_5_0_4", "5.0.4", "5.0.4");
+    matrix("oracle_matrix_5_0_4", "5.0.4", "5.0.4", "big");
+}
+
+// BTI `da` parents (5.0's trie-indexed format), every family and operation, judged the same
+// way: the children's Partitions.db and Rows.db are cleave's, the reader Cassandra's.
+
+#[test]
+fn oracle_matrix_bti_5_0_9() {
+    matrix("oracle_matrix_bti_5_0_9", "5.0", "5.0", "bti");
+}
+
+#[test]
+fn oracle_matrix_bti_5_0_4() {
+    matrix("oracle_matrix_bti_5_0_4", "5.0.4", "5.0.4", "bti");
 }
 
 #[test]
 fn oracle_matrix_4_1() {
-    matrix("oracle_matrix_4_1", "4.1", "4.1");
+    matrix("oracle_matrix_4_1", "4.1", "4.1", "big");
 }
 
 #[test]
 fn oracle_matrix_4_0() {
-    matrix("oracle_matrix_4_0", "4.0", "4.0");
+    matrix("oracle_matrix_4_0", "4.0", "4.0", "big");
 }
 
 /// The oracle of `line` and a work directory, or `None` (skip printed; a failure under CI).
@@ -737,6 +795,79 @@ fn oracle_dump_agrees_with_sstabledump() {
     }
 }
 
+/// sstabledump (`SSTableExport`) of BTI children prints the parent's partitions: every child of
+/// `split --parts 3` and `split --tokens` (default target) of a 5.0.9 BTI parent, dumped by
+/// 5.0.9's tool, holds the parent's partition keys in token order with the same number of rows
+/// each; filler partitions (no row, no deletion) are the only extra ones.
+#[test]
+fn oracle_sstabledump_of_bti_children() {
+    let Some(or) = oracle_for("oracle_sstabledump_of_bti_children", "5.0") else {
+        return;
+    };
+    // (key, rows) of each partition sstabledump prints, fillers apart.
+    let export = |data: &Path| -> (Vec<(String, usize)>, usize) {
+        let json = or.tool(
+            "org.apache.cassandra.tools.SSTableExport",
+            &[data.as_os_str()],
+        );
+        let start = json.find("[\n").unwrap_or(0);
+        let v: serde_json::Value = serde_json::from_str(&json[start..])
+            .unwrap_or_else(|e| panic!("sstabledump {}: {e}: {json}", data.display()));
+        let (mut parts, mut fillers) = (Vec::new(), 0);
+        for p in v.as_array().unwrap() {
+            let rows = p["rows"].as_array().map(|r| r.len()).unwrap_or(0);
+            if rows == 0 && p["partition"]["deletion_info"].is_null() {
+                fillers += 1;
+                continue;
+            }
+            parts.push((p["partition"]["key"].to_string(), rows));
+        }
+        (parts, fillers)
+    };
+    for fam in ["text_int", "int_ck2desc"] {
+        let o = WriteOpts {
+            format: "bti",
+            partitions: 60,
+            ..WriteOpts::default()
+        };
+        let dir = or.write_parent(fam, &o);
+        let parents = data_files(&dir);
+        assert_eq!(parents.len(), 1);
+        let (want, none) = export(&parents[0]);
+        assert_eq!(none, 0, "{fam}: the parent has no empty partition");
+        assert!(want.len() >= 50, "{fam}: {}", want.len());
+        let work = tempfile::tempdir().unwrap();
+        for (name, args) in [("parts", ["--parts", "3"]), ("tokens", ["--tokens", "0"])] {
+            let out = table_dir(&work.path().join(name), fam);
+            let mut a = vec![s("split"), s(&parents[0]), s("--out"), s(&out)];
+            a.extend(args.iter().map(s));
+            a.push(s("--json"));
+            run(&a).unwrap_or_else(|e| panic!("{fam} split {name}: {e}"));
+            let kids = data_files(&out);
+            assert!(kids.len() >= 2, "{fam} {name}: {kids:?}");
+            let (mut got, mut fillers) = (Vec::new(), 0);
+            // Children in token order: by the first key's position in the parent's dump.
+            let mut dumps: Vec<(Vec<(String, usize)>, usize)> =
+                kids.iter().map(|k| export(k)).collect();
+            dumps.sort_by_key(|(p, _)| {
+                p.first()
+                    .and_then(|k| want.iter().position(|w| w == k))
+                    .unwrap_or(usize::MAX)
+            });
+            for (p, f) in dumps {
+                got.extend(p);
+                fillers += f;
+            }
+            assert_eq!(got, want, "{fam} {name}: sstabledump of the children");
+            eprintln!(
+                "{fam} {name}: sstabledump of {} BTI children: {} partitions as the parent's, {fillers} fillers",
+                kids.len(),
+                got.len()
+            );
+        }
+    }
+}
+
 /// BTI `da` parents (5.0 only; written only: cleave splits BIG for now): Cassandra names them
 /// `da-*-bti-*` and reads the same rows through the trie index and linearly.
 #[test]
@@ -761,6 +892,83 @@ fn oracle_writes_bti_parents() {
     }
 }
 
+/// Negative control for BTI children: a child's Partitions.db rebuilt with two neighbouring
+/// partitions' Data.db positions swapped — a well-formed trie that points at the wrong
+/// partitions — is caught by cleave's check (the key at a position must extend the trie's
+/// prefix) and read differently by Cassandra 5.0.9 through its index; the unharmed child
+/// reads the same rows both ways.
+#[test]
+fn oracle_bti_catches_a_wrong_trie() {
+    use cleave::sstable::bti::{IndexPos, PartitionIndexWriter};
+    use cleave::sstable::table::CheckLevel;
+    let test = "oracle_bti_catches_a_wrong_trie";
+    let Some(or) = oracle_for(test, "5.0") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let o = WriteOpts {
+        format: "bti",
+        ..WriteOpts::default()
+    };
+    let cached = or.write_parent("uuid_plain", &o);
+    let parent = copy_table(&cached, &table_dir(&work.path().join("p"), "uuid_plain"));
+    let kids = split_parts(work.path(), "kids", "uuid_plain", &parent[0], &[]);
+    let child = &kids[1];
+    let good = or.dump(std::slice::from_ref(child));
+    let good_rows = good.rows(std::slice::from_ref(child), Pass::Index);
+    assert!(good_rows.len() > 4, "{}", good_rows.len());
+    assert_eq!(
+        good_rows,
+        good.rows(std::slice::from_ref(child), Pass::Linear)
+    );
+
+    let t = cleave::sstable::SSTable::open(child).unwrap();
+    let src = t.partition_source().unwrap();
+    let mut r = src.reader(&t).unwrap();
+    let mut entries = Vec::new();
+    while let Some(e) = r.next_entry().unwrap() {
+        assert!(e.row_index.is_none(), "uuid_plain has no row index");
+        entries.push((e.key.to_vec(), e.position));
+    }
+    drop(r);
+    let n = entries.len();
+    let (a, b) = (n / 2, n / 2 + 1);
+    let (pa, pb) = (entries[a].1, entries[b].1);
+    entries[a].1 = pb;
+    entries[b].1 = pa;
+    let mut w = PartitionIndexWriter::new(Vec::new());
+    for (k, pos) in &entries {
+        w.add_key(t.partitioner, k, IndexPos::Data(*pos)).unwrap();
+    }
+    let bytes = w.finish(Some((&entries[0].0, &entries[n - 1].0))).unwrap();
+    let partitions_db = t.path(&cleave::sstable::Component::Partitions);
+    std::fs::write(&partitions_db, bytes).unwrap();
+
+    let t = cleave::sstable::SSTable::open(child).unwrap();
+    let e = t
+        .check(CheckLevel::Index, &mut |_| {})
+        .expect_err("cleave's check passed a trie pointing at the wrong partitions");
+    assert!(e.to_string().contains("does not match"), "{e}");
+    match or.try_dump(std::slice::from_ref(child)) {
+        Err(err) => eprintln!(
+            "Cassandra refused the wrong trie: {}",
+            err.lines().next().unwrap_or("")
+        ),
+        Ok(bad) => {
+            let bad_rows = bad.rows(std::slice::from_ref(child), Pass::Index);
+            assert_ne!(
+                bad_rows, good_rows,
+                "Cassandra read the wrong trie as the right one"
+            );
+            eprintln!(
+                "Cassandra read {} partitions through the wrong trie, {} through the right one",
+                bad_rows.len(),
+                good_rows.len()
+            );
+        }
+    }
+}
+
 /// The big parent: Cassandra 5.0.9's CQLSSTableWriter writes one `blob_ck` sstable of ≥ 256 MiB
 /// (LZ4, 16 KiB chunks: more than `IN_MEMORY_CHUNKS` = 8192, so cleave reads its chunk
 /// offsets from CompressionInfo.db on demand, which no small parent does), cached like every
@@ -771,12 +979,46 @@ fn oracle_writes_bti_parents() {
 /// row. One family: the size is what is new here; the schema matrix is the small parents'.
 #[test]
 fn oracle_big_parent_5_0_9() {
-    let test = "oracle_big_parent_5_0_9";
-    let Some(or) = oracle_for(test, "5.0") else {
-        return;
-    };
-    let fam = "blob_ck";
+    digest_judged(
+        "oracle_big_parent_5_0_9",
+        big_parent_opts("big"),
+        256 << 20,
+        50_000,
+    );
+}
+
+/// The same ≥ 256 MiB parent written as BTI `da` (issue 33): a Cassandra-written
+/// Partitions.db of many pages (60,000 keys) and Rows.db entries for its wide partitions,
+/// walked by cleave and rebuilt for each child, read back by 5.0.9 through the trie and
+/// linearly.
+#[test]
+fn oracle_big_parent_bti_5_0_9() {
+    digest_judged(
+        "oracle_big_parent_bti_5_0_9",
+        big_parent_opts("bti"),
+        256 << 20,
+        50_000,
+    );
+}
+
+/// BTI partitions wide enough to have a row index (up to 160 rows of 1,000 bytes: most exceed
+/// the index granularity), so Cassandra writes Rows.db entries and cleave moves them into each
+/// child at its own offsets; 5.0.9 reads the children through Partitions.db → Rows.db and
+/// linearly. The small matrix's and the big parent's partitions are all below the threshold
+/// (their Rows.db is empty).
+#[test]
+fn oracle_bti_row_index_5_0_9() {
     let o = WriteOpts {
+        partitions: 300,
+        rows: 160,
+        ..big_parent_opts("bti")
+    };
+    digest_judged("oracle_bti_row_index_5_0_9", o, 8 << 20, 290);
+}
+
+fn big_parent_opts(format: &'static str) -> WriteOpts {
+    WriteOpts {
+        format,
         partitions: 60_000,
         rows: 8,
         value_bytes: 1000,
@@ -784,8 +1026,17 @@ fn oracle_big_parent_5_0_9() {
         compression: "lz4",
         chunk_kb: 16,
         sorted: true,
-        ..WriteOpts::default()
+    }
+}
+
+/// One `blob_ck` parent written by 5.0.9 with `o`, of at least `min_bytes` and more than
+/// `min_partitions`, cut twice and judged by digest (see `oracle_big_parent_5_0_9`).
+fn digest_judged(test: &str, o: WriteOpts, min_bytes: u64, min_partitions: u64) {
+    let Some(or) = oracle_for(test, "5.0") else {
+        return;
     };
+    let fam = "blob_ck";
+    let format = o.format;
     let t0 = std::time::Instant::now();
     let cached = or.write_parent(fam, &o);
     let wrote = t0.elapsed();
@@ -804,7 +1055,21 @@ fn oracle_big_parent_5_0_9() {
     }
     let parent = parent.unwrap();
     let size = std::fs::metadata(&parent).unwrap().len();
-    assert!(size >= 256 << 20, "the big parent is {size} bytes");
+    assert!(size >= min_bytes, "the parent is {size} bytes");
+    if o.rows > 100 {
+        let rows = std::fs::metadata(
+            parent.with_file_name(
+                parent
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace("Data.db", "Rows.db"),
+            ),
+        )
+        .unwrap()
+        .len();
+        assert!(rows > 0, "{test}: Cassandra wrote no row index");
+    }
 
     let t1 = std::time::Instant::now();
     let pd = or.dump_digest(std::slice::from_ref(&parent));
@@ -816,7 +1081,10 @@ fn oracle_big_parent_5_0_9() {
     };
     let whole = summary(Pass::Index);
     assert_eq!(whole, summary(Pass::Linear), "the parent's passes differ");
-    assert!(whole.count > 50_000 && whole.empty == 0, "{whole:?}");
+    assert!(
+        whole.count > min_partitions && whole.empty == 0,
+        "{whole:?}"
+    );
     let read_parent = t1.elapsed();
 
     // Cuts: --parts 8, and --tokens at a third and two thirds of the parent's token span.
@@ -896,7 +1164,7 @@ fn oracle_big_parent_5_0_9() {
         }
     }
     eprintln!(
-        "BIG parent {} ({size} bytes, {} partitions, written in {wrote:?} (cached: {})): \
+        "{format} parent {} ({size} bytes, {} partitions, written in {wrote:?} (cached: {})): \
          Cassandra {} read it in {read_parent:?}, cleave split it twice in {split:?} ({moved:?}), \
          Cassandra read the {} children in {read_children:?} ({fillers} filler partitions seen); \
          index and linear digests equal the parent's",
