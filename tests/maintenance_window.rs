@@ -665,3 +665,74 @@ fn the_nodes_release_comes_from_the_management_api_and_refuses_a_dead_prefix_tar
         }
     }
 }
+
+/// A BTI (`da`) table through the same window: Cassandra 5.0.9's writer makes two BTI parents,
+/// the AnticompactionJob's Replace runs between the stop and the start, and the table holds
+/// complete `da-*-bti-*` children with exactly the parents' keys (issue 33).
+#[test]
+fn the_window_replaces_bti_parents_with_bti_children() {
+    let test = "the_window_replaces_bti_parents_with_bti_children";
+    let Some(or) = common::oracle_java::oracle_or_skip(test, "5.0.9") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let table = data.join("ks").join(TABLE);
+    for (i, fam) in ["blob_ck", "blob_ck"].iter().enumerate() {
+        let o = common::oracle_java::WriteOpts {
+            format: "bti",
+            partitions: 300,
+            seed: 33 + i as u64,
+            ..common::oracle_java::WriteOpts::default()
+        };
+        let written = data_files(&or.write_parent(fam, &o));
+        assert_eq!(written.len(), 1, "{written:?}");
+        // Renamed to generations 1 and 2 (each writer numbers its own from 1).
+        let one = d.path().join(format!("w{i}"));
+        copy_sstable(&written[0], &one);
+        std::fs::create_dir_all(&table).unwrap();
+        for f in names(&one) {
+            let (_, component) = f.rsplit_once("-bti-").unwrap();
+            std::fs::rename(
+                one.join(&f),
+                table.join(format!("da-{}-bti-{component}", i + 1)),
+            )
+            .unwrap();
+        }
+    }
+    let m = d.path().join("manifests");
+    std::fs::create_dir(&m).unwrap();
+    let parents: Vec<String> = vec!["da-1-bti-Data.db".into(), "da-2-bti-Data.db".into()];
+    assert_eq!(
+        names(&table)
+            .into_iter()
+            .filter(|n| n.ends_with("-Data.db"))
+            .collect::<Vec<_>>(),
+        parents
+    );
+    let before = dir_fingerprint(&table);
+    let api = StandIn::start(d.path(), &table, &[]);
+    write_job(&m, "w", "");
+    let out = run_once(&m, &data, &api.url(), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(&m, "w");
+    assert_eq!(s["phase"], "Complete", "{s:#?}");
+    assert_eq!(s["window"]["step"], "Ready", "{s:#?}");
+    let calls = api.calls();
+    let stop = find(&calls, "/api/v0/lifecycle/stop", Some(200), 0);
+    let start = find(&calls, "/api/v0/lifecycle/start", Some(201), stop);
+    assert_eq!(calls[stop]["data"], serde_json::json!(parents));
+    let at_start: Vec<String> = serde_json::from_value(calls[start]["data"].clone()).unwrap();
+    assert!(
+        !at_start.is_empty()
+            && at_start
+                .iter()
+                .all(|n| !parents.contains(n) && n.contains("-bti-")),
+        "{at_start:?}"
+    );
+    assert_replaced("bti window", &table, &["1", "2"], &before);
+}

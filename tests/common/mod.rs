@@ -352,16 +352,16 @@ pub fn dir_fingerprint(dir: &Path) -> serde_json::Value {
     key_fingerprint(&data_files(dir))
 }
 
-/// After a `Replace` of the parents `nb-<g>-big-*` (`gens`): none of them is left, every
-/// other sstable in `table` is complete (has its TOC.txt: no orphan), no transaction log,
-/// no staging or probe, and the live keys are exactly `parents` (a fingerprint from
-/// [`dir_fingerprint`] taken before). `what` names the trial in messages.
+/// After a `Replace` of the parents `nb-<g>-big-*` or `da-<g>-bti-*` (`gens`): none of them
+/// is left, every other sstable in `table` is complete (has its TOC.txt: no orphan), no
+/// transaction log, no staging or probe, and the live keys are exactly `parents` (a
+/// fingerprint from [`dir_fingerprint`] taken before). `what` names the trial in messages.
 pub fn assert_replaced(what: &str, table: &Path, gens: &[&str], parents: &serde_json::Value) {
     let left = names(table);
     assert!(
-        !left
+        !left.iter().any(|n| gens
             .iter()
-            .any(|n| gens.iter().any(|g| n.starts_with(&format!("nb-{g}-")))),
+            .any(|g| n.starts_with(&format!("nb-{g}-")) || n.starts_with(&format!("da-{g}-")))),
         "{what}: a parent survived: {left:?}"
     );
     assert!(
@@ -371,8 +371,10 @@ pub fn assert_replaced(what: &str, table: &Path, gens: &[&str], parents: &serde_
         "{what}: leftovers {left:?}"
     );
     let mut groups: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    for n in left.iter().filter(|n| n.starts_with("nb-")) {
-        let (p, c) = n.rsplit_once("-big-").unwrap();
+    for n in &left {
+        let Some((p, c)) = n.rsplit_once("-big-").or_else(|| n.rsplit_once("-bti-")) else {
+            continue;
+        };
         groups.entry(p.to_string()).or_default().push(c.to_string());
     }
     for (p, comps) in &groups {
