@@ -158,19 +158,18 @@ pub struct Planned {
     pub children: Vec<RangeChild>,
 }
 
-/// Every Data.db of a format cleave reads, sorted (whatever their repair state: a stream
-/// moves all the data in its ranges). BTI ones are listed so that the stream fails on them
-/// (`UnsupportedSSTable`) instead of leaving their rows behind.
+/// Every Data.db of the directories, sorted (whatever their repair state: a stream moves
+/// all the data in its ranges). One cleave cannot read (a BTI version other than `da`, a
+/// BIG one before `ma`) is listed too, so that the stream fails on it
+/// (`UnsupportedSSTable`) instead of completing without its rows.
 fn sstables_of(dirs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
     let mut out = Vec::new();
     for d in dirs {
         let rd = std::fs::read_dir(d).map_err(|e| Failure::io(d.display(), &e))?;
         for e in rd.filter_map(|e| e.ok()) {
             let p = e.path();
-            if let Ok((desc, Component::Data)) = Descriptor::from_path(&p) {
-                if desc.require_supported().is_ok() {
-                    out.push(p);
-                }
+            if let Ok((_, Component::Data)) = Descriptor::from_path(&p) {
+                out.push(p);
             }
         }
     }

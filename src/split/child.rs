@@ -209,13 +209,13 @@ impl<W: Write> IndexSide<W> {
                 let pos = match row_index.rows {
                     Some(r) => IndexPos::Rows(
                         rows.append(key, child_position, &r.blocks, r.block_count, r.deletion)
-                            .map_err(|e| FormatError::io(rows_path, e))?,
+                            .map_err(|e| bti_writer_error(rows_path, e))?,
                     ),
                     None => IndexPos::Data(child_position),
                 };
                 partitions
                     .add_key(*partitioner, key, pos)
-                    .map_err(|e| FormatError::io(&self.index_path, e))?;
+                    .map_err(|e| bti_writer_error(&self.index_path, e))?;
             }
         }
         if let Some(f) = &mut self.filter {
@@ -429,4 +429,16 @@ pub fn toc(format: Format, compressed: bool, rebuilt: &[Built]) -> Vec<u8> {
     c.extend(rebuilt.iter().map(|(c, _)| c.clone()));
     c.push(Component::Toc);
     Toc { components: c }.serialize()
+}
+
+/// The BTI writers refuse what the parent's keys make impossible (keys out of order or
+/// longer than 65535 bytes: `InvalidInput`; a partitioner without a byte-comparable form:
+/// `Unsupported`) with an io::Error; those are facts about the data, not I/O, so they keep
+/// the reason a reader of the same keys would give.
+fn bti_writer_error(path: &std::path::Path, e: std::io::Error) -> FormatError {
+    match e.kind() {
+        std::io::ErrorKind::InvalidInput => FormatError::corrupt(path, None, e.to_string()),
+        std::io::ErrorKind::Unsupported => FormatError::unsupported(path, None, e.to_string()),
+        _ => FormatError::io(path, e),
+    }
 }

@@ -60,6 +60,12 @@ pub struct PartitionScan<'a> {
     key: Vec<u8>,
     row_index: Option<RowIndex>,
     count: u64,
+    /// The Data.db position of the last entry read ahead: positions must strictly increase
+    /// (each partition starts after the previous one, as Cassandra writes them).
+    last_position: Option<u64>,
+    /// The byte-comparable form of the previous partition's key, when it was read (not
+    /// skipped): keys must strictly increase in the trie's order.
+    prev_comparable: Option<Vec<u8>>,
 }
 
 /// A trie entry read ahead of the scan, with its Rows.db entry when it has one.
@@ -90,6 +96,8 @@ impl<'a> PartitionScan<'a> {
             key: Vec::new(),
             row_index: None,
             count: 0,
+            last_position: None,
+            prev_comparable: None,
         };
         scan.ahead = scan.read_ahead()?;
         Ok(scan)
@@ -103,7 +111,7 @@ impl<'a> PartitionScan<'a> {
         let Some(entry) = self.entries.next().transpose()? else {
             return Ok(None);
         };
-        Ok(Some(match entry.pos {
+        let ahead = match entry.pos {
             IndexPos::Data(position) => Ahead {
                 entry,
                 rows: None,
@@ -127,7 +135,21 @@ impl<'a> PartitionScan<'a> {
                     rows: Some(e),
                 }
             }
-        }))
+        };
+        // Callers size a partition as the next one's position minus its own.
+        let p = ahead.position;
+        if p >= self.data_length || self.last_position.is_some_and(|last| p <= last) {
+            return Err(FormatError::corrupt(
+                &self.files.partitions_path,
+                None,
+                format!(
+                    "the trie's partition after {:?} is at Data.db position {p}: positions must increase and stay below the data length {}",
+                    self.last_position, self.data_length
+                ),
+            ));
+        }
+        self.last_position = Some(p);
+        Ok(Some(ahead))
     }
 
     /// Data.db position of the next partition (the data length after the last): where
@@ -143,6 +165,7 @@ impl<'a> PartitionScan<'a> {
                 self.rows_end = e.end;
             }
             self.count += 1;
+            self.prev_comparable = None;
             self.ahead = self.read_ahead()?;
         }
         Ok(())
@@ -177,6 +200,20 @@ impl<'a> PartitionScan<'a> {
                 self.key = self.data.read_at(position + 2, len)?;
             }
             Some(e) => {
+                // The trailer's Data.db position must hold this key, as it does for a
+                // partition without a row index (Cassandra's reads seek there).
+                let n = self.data.read_at(position, 2)?;
+                let len = u16::from_be_bytes([n[0], n[1]]) as usize;
+                if len != e.key.len() || self.data.read_at(position + 2, len)? != e.key {
+                    return Err(FormatError::corrupt(
+                        self.rows_path(),
+                        None,
+                        format!(
+                            "row index entry of key {} names Data.db position {position}, where another partition starts",
+                            hex::encode(&e.key)
+                        ),
+                    ));
+                }
                 let blocks =
                     rows::read_blocks(self.rows_path(), &self.files.rows, &e, self.rows_end)?;
                 self.rows_end = e.end;
@@ -210,6 +247,22 @@ impl<'a> PartitionScan<'a> {
                 ),
             ));
         }
+        if self
+            .prev_comparable
+            .as_ref()
+            .is_some_and(|prev| comparable <= *prev)
+        {
+            return Err(FormatError::corrupt(
+                &self.files.partitions_path,
+                None,
+                format!(
+                    "partition {} (key {}) does not sort after the previous partition's key",
+                    self.count,
+                    hex::encode(&self.key)
+                ),
+            ));
+        }
+        self.prev_comparable = Some(comparable);
         if self.count == 0 && self.key != self.first_key {
             return Err(FormatError::corrupt(
                 &self.files.partitions_path,
