@@ -152,6 +152,14 @@ impl<'a> PartitionScan<'a> {
         Ok(Some(ahead))
     }
 
+    /// The key a partition starts with in Data.db (u16 length, bytes:
+    /// `PartitionIterator.readNext` reads it there).
+    fn key_at(&mut self, position: u64) -> Result<Vec<u8>> {
+        let n = self.data.read_at(position, 2)?;
+        let len = u16::from_be_bytes([n[0], n[1]]) as usize;
+        self.data.read_at(position + 2, len)
+    }
+
     /// Data.db position of the next partition (the data length after the last): where
     /// the scan stands, as an Index.db offset says where a BIG reader stands.
     pub fn position(&self) -> u64 {
@@ -195,16 +203,12 @@ impl<'a> PartitionScan<'a> {
         match rows {
             None => {
                 self.row_index = None;
-                let n = self.data.read_at(position, 2)?;
-                let len = u16::from_be_bytes([n[0], n[1]]) as usize;
-                self.key = self.data.read_at(position + 2, len)?;
+                self.key = self.key_at(position)?;
             }
             Some(e) => {
                 // The trailer's Data.db position must hold this key, as it does for a
                 // partition without a row index (Cassandra's reads seek there).
-                let n = self.data.read_at(position, 2)?;
-                let len = u16::from_be_bytes([n[0], n[1]]) as usize;
-                if len != e.key.len() || self.data.read_at(position + 2, len)? != e.key {
+                if self.key_at(position)? != e.key {
                     return Err(FormatError::corrupt(
                         self.rows_path(),
                         None,
