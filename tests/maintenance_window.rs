@@ -68,6 +68,21 @@ fn run_timed(
         .unwrap()
 }
 
+/// One `run --once` that must complete job `name` with its window back at `Ready`: its
+/// status.
+fn run_to_ready(m: &Path, data: &Path, api: &StandIn, name: &str) -> serde_json::Value {
+    let out = run_once(m, data, &api.url(), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(m, name);
+    assert_eq!(s["phase"], "Complete", "{s:#?}");
+    assert_eq!(s["window"]["step"], "Ready", "{s:#?}");
+    s
+}
+
 fn status(m: &Path, name: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(m.join(format!("{name}.status.yaml"))).unwrap();
     serde_saphyr::from_str(&text).unwrap()
@@ -97,15 +112,7 @@ fn the_window_drains_stops_replaces_starts_and_waits_for_ready_in_that_order() {
     let before = dir_fingerprint(&table);
     let api = StandIn::start(d.path(), &table, &[]);
     write_job(&m, "w", "");
-    let out = run_once(&m, &data, &api.url(), &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s = status(&m, "w");
-    assert_eq!(s["phase"], "Complete", "{s:#?}");
-    assert_eq!(s["window"]["step"], "Ready", "{s:#?}");
+    let s = run_to_ready(&m, &data, &api, "w");
     let downtime =
         s["window"]["readyAt"].as_i64().unwrap() - s["window"]["stoppedAt"].as_i64().unwrap();
     assert!((0..=300).contains(&downtime), "{downtime}");
@@ -216,15 +223,7 @@ fn a_sidecar_killed_in_the_window_resumes_and_ends_with_cassandra_started() {
         .join("\n");
     std::fs::write(&p, text).unwrap();
     let n = api.calls().len();
-    let out = run_once(&m, &data, &api.url(), &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s = status(&m, "w");
-    assert_eq!(s["phase"], "Complete", "{s:#?}");
-    assert_eq!(s["window"]["step"], "Ready", "{s:#?}");
+    run_to_ready(&m, &data, &api, "w");
     let calls = api.calls();
     let resumed = &calls[n..];
     assert!(
@@ -295,15 +294,7 @@ fn a_cleanup_job_runs_in_the_window_and_keeps_exactly_the_owned_keys() {
         "apiVersion: cleave.dev/v1alpha1\nkind: CleanupJob\nmetadata:\n  name: c\nspec:\n  nodeName: n1\n  keyspace: ks\n  ownedRanges:\n    - {start: \"-9223372036854775808\", end: \"0\"}\n  publish: Replace\n  maintenance: ManagementApi\n",
     )
     .unwrap();
-    let out = run_once(&m, &data, &api.url(), &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s = status(&m, "c");
-    assert_eq!(s["phase"], "Complete", "{s:#?}");
-    assert_eq!(s["window"]["step"], "Ready", "{s:#?}");
+    run_to_ready(&m, &data, &api, "c");
     let calls = api.calls();
     let probe = find(&calls, "/api/v0/probes/cluster", Some(200), 0);
     let flush = find(&calls, "/api/v0/ops/tables/flush", Some(200), probe);
@@ -713,15 +704,7 @@ fn the_window_replaces_bti_parents_with_bti_children() {
     let before = dir_fingerprint(&table);
     let api = StandIn::start(d.path(), &table, &[]);
     write_job(&m, "w", "");
-    let out = run_once(&m, &data, &api.url(), &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s = status(&m, "w");
-    assert_eq!(s["phase"], "Complete", "{s:#?}");
-    assert_eq!(s["window"]["step"], "Ready", "{s:#?}");
+    run_to_ready(&m, &data, &api, "w");
     let calls = api.calls();
     let stop = find(&calls, "/api/v0/lifecycle/stop", Some(200), 0);
     let start = find(&calls, "/api/v0/lifecycle/start", Some(201), stop);

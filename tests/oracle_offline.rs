@@ -20,7 +20,7 @@ use common::oracle_java::{
     digest, oracle_or_skip, version_of, write_opts, Dump, Oracle, Pass, Summary, WriteOpts,
     FAMILIES,
 };
-use common::{cleave_bin, copy_sstable, data_files};
+use common::{cleave_bin, copy_sstable, data_files, sibling};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -149,16 +149,7 @@ fn cut(
     // split --tokens t1,t2 --layout regrid: every child re-encoded on its own chunk grid
     // (what the default target falls back to where no filler fits; no family of the matrix
     // needs it, so it is asked for here). Compressed parents only: regrid re-encodes chunks.
-    if parent
-        .with_file_name(
-            parent
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .replace("Data.db", "CompressionInfo.db"),
-        )
-        .exists()
-    {
+    if sibling(parent, "CompressionInfo.db").exists() {
         let out = mk("regrid");
         let mut a = vec![
             s("split"),
@@ -1063,17 +1054,9 @@ fn digest_judged(test: &str, o: WriteOpts, min_bytes: u64, min_partitions: u64) 
     let size = std::fs::metadata(&parent).unwrap().len();
     assert!(size >= min_bytes, "the parent is {size} bytes");
     if o.rows > 100 {
-        let rows = std::fs::metadata(
-            parent.with_file_name(
-                parent
-                    .file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .replace("Data.db", "Rows.db"),
-            ),
-        )
-        .unwrap()
-        .len();
+        let rows = std::fs::metadata(sibling(&parent, "Rows.db"))
+            .unwrap()
+            .len();
         assert!(rows > 0, "{test}: Cassandra wrote no row index");
     }
 

@@ -14,24 +14,16 @@ use cleave::sstable::table::CheckLevel;
 use cleave::sstable::{Component, SSTable};
 use common::*;
 
-const FIXTURES: [&str; 4] = [
-    "legacy_da_simple",
-    "legacy_da_simple_counter",
-    "legacy_da_clust",
-    "legacy_da_clust_counter",
-];
-
 /// The fixture `name` copied into `<dir>/ks/<name>-<id>/` (writable, as a table directory),
 /// and an empty `--out` directory beside it; (parent Data.db, out).
 fn fixture_table(shared: &Path, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let src = shared.join(format!(
-        "corpus/gitarcode-test+cassandra/test/data/legacy-sstables/da/legacy_tables/{name}"
-    ));
+    let fixture = bti_fixture(shared, name);
+    let src = fixture.parent().unwrap();
     let table = dir.join(format!("ks/{name}-00000000000000000000000000000001"));
     let out = dir.join(format!("out/ks/{name}-00000000000000000000000000000001"));
     std::fs::create_dir_all(&table).unwrap();
     std::fs::create_dir_all(&out).unwrap();
-    for e in std::fs::read_dir(&src).unwrap() {
+    for e in std::fs::read_dir(src).unwrap() {
         let e = e.unwrap();
         let to = table.join(e.file_name());
         std::fs::copy(e.path(), &to).unwrap();
@@ -41,6 +33,15 @@ fn fixture_table(shared: &Path, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
         std::fs::set_permissions(&to, p).unwrap();
     }
     (table.join("da-1-bti-Data.db"), out)
+}
+
+/// `cleave split <parent> --out <out> ARGS --json`.
+fn split(parent: &Path, out: &Path, args: &[&str]) -> serde_json::Value {
+    let mut a: Vec<&std::ffi::OsStr> = vec!["split".as_ref(), parent.as_os_str()];
+    a.extend(["--out".as_ref(), out.as_os_str()]);
+    a.extend(args.iter().map(std::ffi::OsStr::new));
+    a.push("--json".as_ref());
+    cleave_json(&a)
 }
 
 /// Every partition of an sstable through cleave's reader: (key, position, has a row index).
@@ -64,18 +65,10 @@ fn split_bti_whole_child_rebuilds_cassandras_index_bytes() {
         return;
     };
     let mut rows_indexed = 0;
-    for name in FIXTURES {
+    for name in BTI_FIXTURES {
         let d = tempfile::tempdir().unwrap();
         let (parent, out) = fixture_table(&shared, d.path(), name);
-        let v = cleave_json(&[
-            "split".as_ref(),
-            parent.as_os_str(),
-            "--out".as_ref(),
-            out.as_os_str(),
-            "--tokens".as_ref(),
-            "00".as_ref(),
-            "--json".as_ref(),
-        ]);
+        let v = split(&parent, &out, &["--tokens", "00"]);
         let kids = data_files(&out);
         assert_eq!(kids.len(), 1, "{name}: {v}");
         let child = SSTable::open(&kids[0]).unwrap();
@@ -107,18 +100,10 @@ fn split_bti_children_hold_the_parents_partitions() {
     let Some(shared) = corpus_or_skip("bti parts") else {
         return;
     };
-    for name in FIXTURES {
+    for name in BTI_FIXTURES {
         let d = tempfile::tempdir().unwrap();
         let (parent, out) = fixture_table(&shared, d.path(), name);
-        cleave_json(&[
-            "split".as_ref(),
-            parent.as_os_str(),
-            "--out".as_ref(),
-            out.as_os_str(),
-            "--parts".as_ref(),
-            "2".as_ref(),
-            "--json".as_ref(),
-        ]);
+        split(&parent, &out, &["--parts", "2"]);
         let mut kids = data_files(&out);
         kids.sort();
         assert_eq!(kids.len(), 2, "{name}");
@@ -155,15 +140,7 @@ fn split_bti_check_rejects_a_damaged_partitions_db() {
     };
     let d = tempfile::tempdir().unwrap();
     let (parent, out) = fixture_table(&shared, d.path(), "legacy_da_clust");
-    cleave_json(&[
-        "split".as_ref(),
-        parent.as_os_str(),
-        "--out".as_ref(),
-        out.as_os_str(),
-        "--tokens".as_ref(),
-        "00".as_ref(),
-        "--json".as_ref(),
-    ]);
+    split(&parent, &out, &["--tokens", "00"]);
     let kid = data_files(&out).remove(0);
     let t = SSTable::open(&kid).unwrap();
     let path = t.path(&Component::Partitions);

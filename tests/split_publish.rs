@@ -203,7 +203,7 @@ fn bad_split_inputs_change_nothing() {
     let Some(shared) = corpus_or_skip("bad split") else {
         return;
     };
-    let bti = shared.join("corpus/gitarcode-test+cassandra/test/data/legacy-sstables/da/legacy_tables/legacy_da_clust/da-1-bti-Data.db");
+    let bti = bti_fixture(&shared, "legacy_da_clust");
     let (d, table, parent) = table_dir(&shared);
     let out = d.path().join("out");
     std::fs::create_dir(&out).unwrap();

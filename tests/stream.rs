@@ -1428,19 +1428,11 @@ fn stream_bti_sstables_arrive_byte_identical_including_an_empty_rows_db() {
     let pair = StreamPair::serve(&[]);
     let src = pair.dir.path().join("src");
     let mut empty_rows = 0;
-    for (i, name) in [
-        "legacy_da_simple",
-        "legacy_da_simple_counter",
-        "legacy_da_clust",
-        "legacy_da_clust_counter",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let fixture = shared.join(format!(
-            "corpus/gitarcode-test+cassandra/test/data/legacy-sstables/da/legacy_tables/{name}/da-1-bti-Data.db"
-        ));
-        let data = copy_sstable(&fixture, &src.join(i.to_string()).join(KS_TABLE));
+    for (i, name) in BTI_FIXTURES.iter().enumerate() {
+        let data = copy_sstable(
+            &bti_fixture(&shared, name),
+            &src.join(i.to_string()).join(KS_TABLE),
+        );
         let s = pair.send(&[&data], &["--transfer-prefix", &format!("b{i}")]);
         assert!(s.ok, "{name}: {}", s.stderr);
         let v = s.json();
@@ -1459,7 +1451,7 @@ fn stream_bti_sstables_arrive_byte_identical_including_an_empty_rows_db() {
             "Statistics.db",
             "CompressionInfo.db",
         ] {
-            let sent = data.with_file_name(format!("da-1-bti-{c}"));
+            let sent = sibling(&data, c);
             if !sent.exists() {
                 continue;
             }

@@ -212,10 +212,10 @@ fn survey_counts_a_bti_dead_prefix() {
     };
     let d = tempfile::tempdir().unwrap();
     let ks = d.path().join("data/ks");
-    let fixture = shared.join(
-        "corpus/gitarcode-test+cassandra/test/data/legacy-sstables/da/legacy_tables/legacy_da_clust/da-1-bti-Data.db",
+    let parent = copy_sstable(
+        &bti_fixture(&shared, "legacy_da_clust"),
+        &ks.join(format!("t-{ID}")),
     );
-    let parent = copy_sstable(&fixture, &ks.join(format!("t-{ID}")));
     let mut a: Vec<&OsStr> = vec![
         "split".as_ref(),
         parent.as_os_str(),

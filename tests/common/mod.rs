@@ -23,6 +23,28 @@ pub fn shared_dir() -> Option<PathBuf> {
     p.join("corpus/MANIFEST.tsv").is_file().then_some(p)
 }
 
+/// Cassandra's own BTI (`da`) legacy fixtures (ByteOrderedPartitioner), by table.
+pub const BTI_FIXTURES: [&str; 4] = [
+    "legacy_da_simple",
+    "legacy_da_simple_counter",
+    "legacy_da_clust",
+    "legacy_da_clust_counter",
+];
+
+/// The Data.db of the BTI legacy fixture `table` (one of [`BTI_FIXTURES`]) in the corpus.
+pub fn bti_fixture(shared: &Path, table: &str) -> PathBuf {
+    shared.join(format!(
+        "corpus/gitarcode-test+cassandra/test/data/legacy-sstables/da/legacy_tables/{table}/da-1-bti-Data.db"
+    ))
+}
+
+/// The file of `component` (`"Rows.db"`, `"CompressionInfo.db"`, …) of the sstable whose
+/// Data.db is `data`.
+pub fn sibling(data: &Path, component: &str) -> PathBuf {
+    let name = data.file_name().unwrap().to_string_lossy();
+    data.with_file_name(name.replace("Data.db", component))
+}
+
 pub fn corpus_or_skip(test: &str) -> Option<PathBuf> {
     let d = shared_dir();
     if d.is_none() {
