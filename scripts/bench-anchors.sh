@@ -46,17 +46,8 @@ TABLE_CQL="CREATE TABLE oracle.$FAMILY (pk blob, ck bigint, v text, PRIMARY KEY 
 . scripts/bench-lib.sh
 bench_xfs bench-anchors 48G --direct-io=on
 
-JAVA=$("$CT" java "$V")
-CP=$("$CT" classpath "$V")
-read -r -a CLIENT_OPTS <<<"$("$CT" jvm-opts "$V" client)"
-cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-load1() { cut -d' ' -f1 /proc/loadavg; }
-
-# Compile the writer once (javac --release 11 against this version's jars, as the tests do).
-CLASSES=$WORK/classes
-mkdir -p "$CLASSES"
-javac -nowarn --release 11 -cp "$CP" -d "$CLASSES" oracle/Oracle.java 2>"$WORK/javac.log" \
-  || { cat "$WORK/javac.log"; exit 1; }
+# The writer, compiled once against this version's jars.
+bench_oracle "$V"
 
 # start_node DIR [start args...]: prints nothing, sources DIR/cassandra.env into N_* vars.
 start_node() {

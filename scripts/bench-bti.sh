@@ -31,16 +31,7 @@ FAMILY=blob_ck
 . scripts/bench-lib.sh
 bench_xfs bench-bti 40G --direct-io=on
 
-JAVA=$("$CT" java "$V")
-CP=$("$CT" classpath "$V")
-read -r -a CLIENT_OPTS <<<"$("$CT" jvm-opts "$V" client)"
-cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-load1() { cut -d' ' -f1 /proc/loadavg; }
-
-CLASSES=$WORK/classes
-mkdir -p "$CLASSES"
-javac -nowarn --release 11 -cp "$CP" -d "$CLASSES" oracle/Oracle.java 2>"$WORK/javac.log" \
-  || { cat "$WORK/javac.log"; exit 1; }
+bench_oracle "$V"
 
 bytes=$(bytes_of "$SIZE")
 partitions=$(( bytes * 2 / (ROWS + 1) / (VALUE_BYTES + 24) ))

@@ -99,13 +99,7 @@ settle() {
 
 run_version() {
   local v=$1 bytes partitions gen a b t n f td before after w0 w1 t0 t1
-  JAVA=$("$CT" java "$v")
-  CP=$("$CT" classpath "$v")
-  read -r -a CLIENT_OPTS <<<"$("$CT" jvm-opts "$v" client)"
-  CLASSES=$WORK/classes-$v
-  mkdir -p "$CLASSES"
-  javac -nowarn --release 11 -cp "$CP" -d "$CLASSES" oracle/Oracle.java 2>"$WORK/javac.log" \
-    || { cat "$WORK/javac.log"; exit 1; }
+  bench_oracle "$v"
   TABLES=(plain presplit)
   local strategy
   for strategy in ${STRATEGIES-stcs lcs ucs}; do
