@@ -41,7 +41,11 @@ pub fn point(name: &str) {
             .append(true)
             .open(list)
         {
-            let _ = writeln!(f, "{name}");
+            // One write(2) per line: `writeln!` issues the name and the newline as two writes,
+            // and points reached on two threads at once then interleave into a merged name
+            // and an empty line (seen in CI: a campaign armed `CLEAVE_CRASH_AT=@1`). O_APPEND
+            // makes each single write land whole.
+            let _ = f.write_all(format!("{name}\n").as_bytes());
         }
     }
     let Some(t) = target() else { return };

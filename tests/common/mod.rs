@@ -599,6 +599,16 @@ pub fn fault_points(mut cmd: Command, list: &Path) -> std::collections::BTreeMap
     );
     let mut counts = std::collections::BTreeMap::new();
     for l in std::fs::read_to_string(list).unwrap_or_default().lines() {
+        // A point is `<where>:<what>` or one of `replace`'s historical short names (logged,
+        // renamed, committed; src/split/publish.rs): two names written into one line by
+        // concurrent threads would otherwise become a point no run reaches.
+        assert!(
+            !l.is_empty()
+                && l.split(':').count() <= 2
+                && l.split(':').all(|p| !p.is_empty())
+                && l.bytes().all(|b| b.is_ascii_graphic()),
+            "fault list line {l:?} is not one point name"
+        );
         *counts.entry(l.to_string()).or_default() += 1;
     }
     counts
