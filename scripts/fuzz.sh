@@ -20,7 +20,7 @@ esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CORPUS_SRC="${CLEAVE_CORPUS:-$ROOT/../shared/corpus}"
 FUZZ="$ROOT/fuzz"
-TARGETS=(compression_info index summary filter statistics toc digest crc descriptor codec stream_manifest bti_partitions)
+TARGETS=(compression_info index summary filter statistics toc digest crc descriptor codec stream_manifest bti_partitions bti_rows)
 # Must match SUPPORTED_BIG_VERSIONS (src/sstable/descriptor.rs): the compression_info
 # target picks the version as VERSIONS[first byte % 9].
 VERSIONS=(ma mb mc md me na nb nc oa)
@@ -144,6 +144,7 @@ seed() {
         ;;
       *-Summary.db) put "$FUZZ/corpus/summary" <"$f" ;;
       *-Partitions.db) put "$FUZZ/corpus/bti_partitions" <"$f" ;;
+      *-Rows.db) seed_bti_rows "$f" ;;
       *-Filter.db) put "$FUZZ/corpus/filter" <"$f" ;;
       *-Statistics.db) put "$FUZZ/corpus/statistics" <"$f" ;;
       *-TOC.txt) put "$FUZZ/corpus/toc" <"$f" ;;
@@ -155,6 +156,41 @@ seed() {
   for t in "${TARGETS[@]}"; do
     echo "   $t: $(find "$FUZZ/corpus/$t" -type f | wc -l) corpus file(s)"
   done
+}
+
+# bti_rows: one seed per entry of a Rows.db, `u32 key offset ‖ u32 partition size (no bound)`
+# then the file. Without walking Partitions.db the entries are found the way they end: a
+# u16 key length, the key, a Data.db position (uvint), then a negative root delta pointing
+# back into the file (`TrieIndexEntry.serialize`); the fuzzer mutates from there.
+seed_bti_rows() {
+  local f="$1" at
+  [ -s "$f" ] || return 0
+  while read -r at; do
+    { python3 -c 'import sys; sys.stdout.buffer.write(int(sys.argv[1]).to_bytes(4, "big") + b"\xff" * 4)' "$at"
+      cat "$f"; } | put "$FUZZ/corpus/bti_rows"
+  done < <(python3 - "$f" <<'PY'
+import sys
+b = open(sys.argv[1], "rb").read()
+def uvint(i):
+    # Cassandra's VIntCoding: the count of leading one bits of the first byte = extra bytes.
+    first = b[i]; n = 0
+    while n < 8 and first & (0x80 >> n): n += 1
+    v = first & (0xff >> (n + 1)) if n < 8 else 0
+    for k in range(n): v = (v << 8) | b[i + 1 + k]
+    return v, i + 1 + n
+for o in range(len(b) - 4):
+    n = int.from_bytes(b[o:o + 2], "big")
+    if not 1 <= n <= 64 or o + 2 + n + 2 > len(b): continue
+    try:
+        _, i = uvint(o + 2 + n)
+        z, _ = uvint(i)
+    except IndexError:
+        continue
+    delta = (z >> 1) ^ -(z & 1)
+    if delta < 0 and o + 2 + n + delta >= 0:
+        print(o)
+PY
+  )
 }
 
 # stream_manifest: no file on disk is a manifest, so the seeds are written here, in the

@@ -37,13 +37,17 @@ struct Fixture {
     partitions: Vec<u8>,
     rows_path: PathBuf,
     rows: Vec<u8>,
+    /// Uncompressed Data.db length: where the last partition ends.
+    data_length: u64,
 }
 
 fn load(name: &str) -> Option<Fixture> {
     let d = fixture_dir(name)?;
     let partitions_path = d.join("da-1-bti-Partitions.db");
     let rows_path = d.join("da-1-bti-Rows.db");
+    let table = crate::sstable::SSTable::open(&d.join("da-1-bti-Data.db")).unwrap();
     Some(Fixture {
+        data_length: table.data_length(),
         partitions: std::fs::read(&partitions_path).unwrap(),
         rows: std::fs::read(&rows_path).unwrap(),
         partitions_path,
@@ -135,12 +139,33 @@ fn bti_fixtures_rows_read_and_rewrite_byte_identical() {
         let index = PartitionIndex::parse(&f.partitions_path, &f.partitions).unwrap();
         let mut w = RowsWriter::new(Vec::new());
         let mut trie_start = 0;
-        for e in index.entries() {
-            let IndexPos::Rows(p) = e.unwrap().pos else {
+        let data_length = f.data_length;
+        let positions: Vec<IndexPos> = index.entries().map(|e| e.unwrap().pos).collect();
+        let data_position = |pos: IndexPos| match pos {
+            IndexPos::Data(d) => d,
+            IndexPos::Rows(r) => {
+                rows::read_entry(&f.rows_path, &f.rows, r)
+                    .unwrap()
+                    .data_position
+            }
+        };
+        for (i, &pos) in positions.iter().enumerate() {
+            let IndexPos::Rows(p) = pos else {
                 continue;
             };
             let entry = rows::read_entry(&f.rows_path, &f.rows, p).unwrap();
-            let blocks = rows::read_blocks(&f.rows_path, &f.rows, &entry, trie_start).unwrap();
+            // Each partition ends where the next starts (the data length after the last):
+            // its blocks, sentinel included, must lie inside, as Cassandra wrote them.
+            let end = positions
+                .get(i + 1)
+                .map_or(data_length, |&n| data_position(n));
+            let size = end - entry.data_position;
+            let blocks =
+                rows::read_blocks(&f.rows_path, &f.rows, &entry, trie_start, size).unwrap();
+            assert!(
+                blocks.last().unwrap().offset <= size,
+                "{name}: the sentinel lies past the partition"
+            );
             // Cassandra writes a row index only for >= 2 blocks, plus a sentinel payload.
             assert!(entry.block_count >= 2, "{name}");
             assert_eq!(blocks.len() as u32, entry.block_count + 1, "{name}");

@@ -10,6 +10,12 @@ const NEXT_COMPONENT: u8 = 0x40;
 /// `ByteSource.TERMINATOR`, ending a multi-component sequence in OSS50.
 const TERMINATOR: u8 = 0x38;
 
+/// The longest byte-comparable form `decorated_key` can give: a partition key is at most
+/// 65,535 bytes (its u16 length in Data.db), escaping adds at most one byte per two
+/// (`00 41` → `00 FF 41`) plus a terminator, and ByteOrdered's token is the escaped key
+/// again. A Partitions.db prefix longer than this is no key's.
+pub const MAX_COMPARABLE_LEN: usize = 3 + 2 * (65_535 * 3 / 2 + 2);
+
 /// `DecoratedKey.asComparableBytes(OSS50)`: `0x40 ‖ token ‖ 0x40 ‖ escaped key ‖ 0x38`.
 ///
 /// The token part is the partitioner's own encoding: for Murmur3 the 8 big-endian bytes

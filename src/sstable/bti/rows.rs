@@ -165,25 +165,29 @@ pub struct RowBlock {
 
 /// The blocks of an entry's trie, in separator order. `trie_start` is where the trie's
 /// region begins (the end of the previous entry, or 0): nodes outside
-/// `[trie_start, key_offset)` are corruption.
+/// `[trie_start, key_offset)` are corruption. `partition_size` is the partition's length in
+/// Data.db (the next partition's position minus its own): every block starts inside it, at
+/// increasing offsets, as `BtiFormatPartitionWriter` adds them while it writes the rows,
+/// and the sentinel `RowIndexWriter.complete` adds last holds the end of the rows, at most
+/// the partition's end — Cassandra seeks to `partition start + offset` for a slice, so an
+/// offset past the partition would read another one.
 pub fn read_blocks(
     file: &Path,
     buf: &[u8],
     entry: &RowIndexEntry,
     trie_start: u64,
+    partition_size: u64,
 ) -> Result<Vec<RowBlock>> {
     let end = entry.key_offset.min(buf.len() as u64);
-    let mut walk = Walk::new(file, buf, entry.trie_root, end);
-    let mut blocks = Vec::new();
+    // A separator is a byte-comparable clustering prefix of a row in the partition; its
+    // form is at most a few times the clustering's serialized size (an empty component
+    // costs Data.db two header bits, its comparable form a separator and a terminator).
+    let max_depth =
+        usize::try_from(partition_size.saturating_mul(8).saturating_add(64)).unwrap_or(usize::MAX);
+    let mut walk = Walk::new(file, buf, entry.trie_root, trie_start..end, max_depth);
+    let mut blocks: Vec<RowBlock> = Vec::new();
     while let Some(v) = walk.next_node()? {
         let node = &v.node;
-        if node.pos < trie_start {
-            return Err(FormatError::corrupt(
-                file,
-                Some(node.pos),
-                format!("row index trie node lies before its region start {trie_start}"),
-            ));
-        }
         let flags = node.payload_flags;
         if flags == 0 {
             if node.children.is_empty() {
@@ -213,9 +217,24 @@ pub fn read_blocks(
         } else {
             None
         };
+        let offset = offset as u64;
+        if offset > partition_size || blocks.last().is_some_and(|b| b.offset >= offset) {
+            return Err(FormatError::corrupt(
+                file,
+                Some(node.payload_pos),
+                format!(
+                    "row index block {} of the partition at Data.db position {} starts at \
+                     offset {offset}: blocks must start inside the partition ({partition_size} \
+                     bytes, the sentinel at its end) after the previous block ({:?})",
+                    blocks.len(),
+                    entry.data_position,
+                    blocks.last().map(|b| b.offset)
+                ),
+            ));
+        }
         blocks.push(RowBlock {
             separator: v.path,
-            offset: offset as u64,
+            offset,
             open_marker,
         });
     }
@@ -378,7 +397,7 @@ mod tests {
             assert_eq!(e.key, format!("pk{i}").into_bytes());
             assert_eq!(e.data_position, 1 << (20 + i));
             assert_eq!(e.block_count, n as u32 - 1);
-            let got = read_blocks(file, &bytes, &e, start).unwrap();
+            let got = read_blocks(file, &bytes, &e, start, 1 << 30).unwrap();
             assert_eq!(got, blocks(n));
             start = e.end;
         }
@@ -395,15 +414,24 @@ mod tests {
         let bytes = w.finish().unwrap();
         for cut in 0..bytes.len() {
             let r = read_entry(file, &bytes[..cut], at)
-                .and_then(|e| read_blocks(file, &bytes[..cut], &e, 0));
+                .and_then(|e| read_blocks(file, &bytes[..cut], &e, 0, 1 << 30));
             assert!(r.is_err(), "cut at {cut}");
         }
         let e = read_entry(file, &bytes, bytes.len() as u64 + 3).unwrap_err();
         assert!(e.to_string().contains("past the end"), "{e}");
+        // The 40 blocks end at offset 4 + 39 × 17,000: a partition that ends before the
+        // last block starts cannot hold them (the next partition's position says so).
+        let e = read_entry(file, &bytes, at).unwrap();
+        let last = 4 + 39 * 17_000;
+        assert_eq!(read_blocks(file, &bytes, &e, 0, last).unwrap().len(), 40);
+        let err = read_blocks(file, &bytes, &e, 0, last - 1).unwrap_err();
+        assert_eq!(err.kind(), "corrupt");
+        assert!(err.to_string().contains("inside the partition"), "{err}");
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 0xA5;
-            let _ = read_entry(file, &bad, at).and_then(|e| read_blocks(file, &bad, &e, 0));
+            let _ =
+                read_entry(file, &bad, at).and_then(|e| read_blocks(file, &bad, &e, 0, 1 << 30));
         }
     }
 }

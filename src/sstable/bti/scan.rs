@@ -200,6 +200,9 @@ impl<'a> PartitionScan<'a> {
             }
             return Ok(None);
         };
+        // The next partition's position bounds this one: its row index may not reach past it.
+        self.ahead = self.read_ahead()?;
+        let size = self.position() - position;
         match rows {
             None => {
                 self.row_index = None;
@@ -219,7 +222,7 @@ impl<'a> PartitionScan<'a> {
                     ));
                 }
                 let blocks =
-                    rows::read_blocks(self.rows_path(), &self.files.rows, &e, self.rows_end)?;
+                    rows::read_blocks(self.rows_path(), &self.files.rows, &e, self.rows_end, size)?;
                 self.rows_end = e.end;
                 self.row_index = Some(RowIndex {
                     blocks,
@@ -279,7 +282,6 @@ impl<'a> PartitionScan<'a> {
             ));
         }
         self.count += 1;
-        self.ahead = self.read_ahead()?;
         Ok(Some(ScannedPartition {
             key: &self.key,
             position,

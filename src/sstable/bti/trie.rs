@@ -448,7 +448,9 @@ pub(crate) fn payload_bytes<'a>(
     Ok(&buf[node.payload_pos as usize..end as usize])
 }
 
-/// One step of an in-order walk: the node and the transitions that led to it.
+/// One step of an in-order walk: the node and, for a node with a payload, the transitions
+/// that led to it (empty for a node without one: no reader needs that path, and copying it
+/// at every node would make a deep trie quadratic to walk).
 pub(crate) struct Visit {
     pub node: Node,
     pub path: Vec<u8>,
@@ -457,13 +459,17 @@ pub(crate) struct Visit {
 /// Depth-first walk in key order: a node's payload comes before its children (its path is
 /// a prefix of theirs), children by transition byte (`Walker`, `ValueIterator`).
 ///
-/// A trie is a tree whose nodes do not overlap, so a valid walk visits at most one node
-/// per byte of the trie region; more visits mean shared or overlapping children, which a
-/// crafted file could use to make the walk exponential, and are reported as corruption.
+/// A trie is a tree whose nodes do not overlap, so a valid walk of the region
+/// `[region_start, region_end)` visits at most one node per byte of it; more visits mean
+/// shared or overlapping children, which a crafted file could use to make the walk
+/// exponential, and are reported as corruption, as is a node outside the region and a
+/// path deeper than any key the index can hold (`max_depth`).
 pub(crate) struct Walk<'a> {
     file: &'a Path,
     buf: &'a [u8],
+    region_start: u64,
     region_end: u64,
+    max_depth: usize,
     /// (node, index of the next child to visit)
     stack: Vec<(Node, usize)>,
     path: Vec<u8>,
@@ -472,11 +478,19 @@ pub(crate) struct Walk<'a> {
 }
 
 impl<'a> Walk<'a> {
-    pub fn new(file: &'a Path, buf: &'a [u8], root: u64, region_end: u64) -> Self {
+    pub fn new(
+        file: &'a Path,
+        buf: &'a [u8],
+        root: u64,
+        region: std::ops::Range<u64>,
+        max_depth: usize,
+    ) -> Self {
         Walk {
             file,
             buf,
-            region_end,
+            region_start: region.start,
+            region_end: region.end,
+            max_depth,
             stack: Vec::new(),
             path: Vec::new(),
             pending_root: Some(root),
@@ -486,21 +500,49 @@ impl<'a> Walk<'a> {
 
     fn enter(&mut self, pos: u64) -> Result<Visit> {
         self.visits += 1;
-        if self.visits > self.region_end {
+        let size = self.region_end.saturating_sub(self.region_start);
+        if self.visits > size {
             return Err(FormatError::corrupt(
                 self.file,
                 Some(pos),
                 format!(
-                    "trie walk visited more nodes than the trie has bytes ({}): \
+                    "trie walk visited more nodes than the trie region [{}, {}) has bytes: \
                      children are shared or overlap",
-                    self.region_end
+                    self.region_start, self.region_end
+                ),
+            ));
+        }
+        if pos < self.region_start {
+            return Err(FormatError::corrupt(
+                self.file,
+                Some(pos),
+                format!(
+                    "trie node lies before its region [{}, {})",
+                    self.region_start, self.region_end
+                ),
+            ));
+        }
+        if self.path.len() > self.max_depth {
+            return Err(FormatError::corrupt(
+                self.file,
+                Some(pos),
+                format!(
+                    "trie path is {} transitions deep, deeper than the longest key this index \
+                     can hold ({})",
+                    self.path.len(),
+                    self.max_depth
                 ),
             ));
         }
         let node = read_node(self.file, self.buf, pos, self.region_end)?;
+        let path = if node.payload_flags != 0 {
+            self.path.clone()
+        } else {
+            Vec::new()
+        };
         let visit = Visit {
             node: node.clone(),
-            path: self.path.clone(),
+            path,
         };
         self.stack.push((node, 0));
         Ok(visit)
@@ -1103,7 +1145,7 @@ mod tests {
             buf.extend_from_slice(&[0x50, 2, 1, 2, (pos - prev) as u8, (pos - prev) as u8]);
         }
         let end = buf.len() as u64;
-        let mut w = Walk::new(file, &buf, end - 6, end);
+        let mut w = Walk::new(file, &buf, end - 6, 0..end, usize::MAX);
         let err = loop {
             match w.next_node() {
                 Ok(Some(_)) => continue,
@@ -1112,5 +1154,42 @@ mod tests {
             }
         };
         assert!(err.to_string().contains("shared"), "{err}");
+        // A chain of 40 single-child nodes over a payload leaf: walked whole when keys may
+        // be 40 transitions deep, refused as corruption when they may be 10 at most.
+        let mut buf = vec![0x08u8];
+        for i in 0..40u64 {
+            // Single-child node with an 8-bit backward offset (SINGLE_8: 0x2_ header).
+            let pos = buf.len() as u64;
+            let prev = if i == 0 { 0 } else { pos - 3 };
+            buf.extend_from_slice(&[0x20, b'a', (pos - prev) as u8]);
+        }
+        let end = buf.len() as u64;
+        let walk_all = |max_depth| {
+            let mut w = Walk::new(file, &buf, end - 3, 0..end, max_depth);
+            let mut deepest = 0;
+            loop {
+                match w.next_node() {
+                    Ok(Some(v)) => deepest = deepest.max(v.path.len()),
+                    Ok(None) => return Ok(deepest),
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        assert_eq!(walk_all(40).unwrap(), 40);
+        let err = walk_all(10).unwrap_err();
+        assert!(
+            err.to_string().contains("deeper than the longest key"),
+            "{err}"
+        );
+        // A node before the walk's region (the previous Rows.db entry's trie) is refused.
+        let mut w = Walk::new(file, &buf, end - 3, 4..end, usize::MAX);
+        let err = loop {
+            match w.next_node() {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("walk should fail"),
+                Err(e) => break e,
+            }
+        };
+        assert!(err.to_string().contains("before its region"), "{err}");
     }
 }
