@@ -485,10 +485,9 @@ pub fn cleanup(
         &parents
             .iter()
             .flat_map(|p| {
-                [
-                    p.table().path(&Component::Index),
-                    p.data_path().to_path_buf(),
-                ]
+                let mut read = p.table().index_paths();
+                read.push(p.data_path().to_path_buf());
+                read
             })
             .collect::<Vec<_>>(),
     );

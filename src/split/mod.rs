@@ -153,10 +153,9 @@ pub fn run(
     let io_before = crate::io::proc::io_counters().ok();
     // When the split ends, the parent pages it read are dropped, not the ones a live node
     // had cached (io::residency, as the `trySkipCache` callers and `nocache` do).
-    let _evict = crate::io::residency::EvictAddedOnDrop::new(&[
-        parent.table().path(&crate::sstable::Component::Index),
-        parent.data_path().to_path_buf(),
-    ]);
+    let mut read = parent.table().index_paths();
+    read.push(parent.data_path().to_path_buf());
+    let _evict = crate::io::residency::EvictAddedOnDrop::new(&read);
     let syncs_before = crate::io::durable::counts();
     let durability = if target.dry_run {
         publish::Durability::PerFile

@@ -26,7 +26,7 @@ use crate::sstable::bti::scan::RowIndex;
 use crate::sstable::fingerprint::Fingerprint;
 use crate::sstable::index::IndexEntryRef;
 use crate::sstable::murmur::KeyHash;
-use crate::sstable::scan::PartitionSource;
+use crate::sstable::scan::{PartitionReader, PartitionSource};
 use crate::sstable::{Component, Descriptor, FormatError, SSTableId};
 
 /// Progress of the write pass.
@@ -284,9 +284,9 @@ impl Plan {
                 let index_start = plan.child.runs[ri].index_start;
                 if p_ord == seg_first && off != index_start {
                     return Err(FormatError::corrupt(
-                        &t.path(&Component::Index),
+                        &t.path(&t.partition_index()),
                         Some(off),
-                        format!("partition {p_ord} starts here, the plan ({:?}) expected it at offset {index_start}: Summary.db's samples do not match Index.db", self.source),
+                        format!("partition {p_ord} starts here, the plan ({:?}) expected it at offset {index_start}: the planning pass or Summary.db's samples do not match the partition index", self.source),
                     )
                     .into());
                 }
@@ -381,10 +381,11 @@ impl Plan {
         let planned_fp = self.fingerprint.unwrap_or(parent_fp);
         if ordinal != self.partitions || planned_fp != parent_fp {
             return Err(FormatError::corrupt(
-                &t.path(&Component::Index),
+                &t.path(&t.partition_index()),
                 None,
                 format!(
-                    "Index.db has {ordinal} partitions (keys {parent_fp:?}), the plan ({:?}) counted {} ({planned_fp:?}): it changed since planned, or Summary.db does not sample it",
+                    "{} has {ordinal} partitions (keys {parent_fp:?}), the plan ({:?}) counted {} ({planned_fp:?}): it changed since planned, or Summary.db does not sample it",
+                    t.partition_index().file_name(),
                     self.source, self.partitions
                 ),
             )
@@ -667,6 +668,7 @@ impl Plan {
         // A regrid child lays its runs back to back from position 0.
         let regrid = p.layout == Layout::Regrid;
         let mut run_offset = 0u64;
+        let mut reader: Option<PartitionReader<'_>> = None;
         for run in &p.child.runs {
             let at = |pos: u64| {
                 if regrid {
@@ -675,7 +677,14 @@ impl Plan {
                     pos - base + lead
                 }
             };
-            let mut r = src.reader_at(t, run.index_start)?;
+            let advanced = match reader.as_mut() {
+                Some(r) => r.advance_to(run.index_start)?,
+                None => false,
+            };
+            let r = match reader {
+                Some(ref mut r) if advanced => r,
+                _ => reader.insert(src.reader_at(t, run.index_start)?),
+            };
             type Entry = (Vec<u8>, u64, Vec<u8>, Option<RowIndex>);
             let mut prev: Option<Entry> = None;
             let mut n = 0;

@@ -120,6 +120,22 @@ impl PartitionReader<'_> {
         }
     }
 
+    /// Moves a BTI reader forward to the partition at `offset` without re-walking the trie
+    /// from its start, and says whether it could (`false`: a BIG reader, whose
+    /// `PartitionSource::reader_at` is one seek, or an offset behind the reader). A child of
+    /// many runs (a `regrid` child of 256 vnode ranges) reads them in order through one
+    /// reader instead of walking the trie once per run.
+    pub fn advance_to(&mut self, offset: u64) -> Result<bool> {
+        match self {
+            PartitionReader::Big(_) => Ok(false),
+            PartitionReader::Bti(s) if s.position() <= offset => {
+                s.skip_to(offset)?;
+                Ok(true)
+            }
+            PartitionReader::Bti(_) => Ok(false),
+        }
+    }
+
     /// Where the reader stands: the next entry's `index_offset` (the span's end after
     /// the last).
     pub fn offset(&self) -> u64 {
