@@ -172,3 +172,64 @@ fn recover_and_split_report_io_and_request_errors_with_a_reason() {
     ]));
     assert_eq!(e["reason"], "InvalidRequest", "{e}");
 }
+
+/// Copies `tests/data/system_local/<release>/system` under `data`: the node's own
+/// `system.local` flush (real Cassandra 4.1.10 / 5.0.9 sstables).
+fn node_system_local(data: &Path, release: &str) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/system_local")
+        .join(release);
+    let o = Command::new("cp")
+        .arg("-r")
+        .arg(src.join("system"))
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn split_learns_the_nodes_release_from_its_data_directory_and_refuses_a_dead_prefix_target() {
+    // A parent in `<data>/<keyspace>/<table>/`, its node's system.local beside: 5.0.9
+    // (scans Data.db from position 0) refuses a 4.1 target, naming the release and the
+    // sstable it was read from; 4.1.10 (the control) lets the same dry run through, and so
+    // does a parent outside any data directory.
+    for (release, refused) in [("5.0.9", true), ("4.1.10", false), ("", false)] {
+        let d = tempfile::tempdir().unwrap();
+        let data = d.path().join("data");
+        let table = data.join("ks").join("t-0123456789abcdef0123456789abcdef");
+        let parent = small_table(&table);
+        if !release.is_empty() {
+            node_system_local(&data, release);
+        }
+        let out = d.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let args = [
+            "split",
+            &parent,
+            "--out",
+            out.to_str().unwrap(),
+            "--parts",
+            "2",
+            "--target-cassandra",
+            "4.1",
+            "--dry-run",
+            "--json",
+        ];
+        let o = cleave(&args);
+        if refused {
+            let e = json_error(&o);
+            assert_eq!(e["reason"], "InvalidRequest", "{e}");
+            let m = e["message"].as_str().unwrap();
+            assert!(m.contains("Cassandra 5.0.9") && m.contains("local-"), "{m}");
+            assert_eq!(e["path"], parent.as_str());
+            assert_eq!(
+                std::fs::read_dir(&out).unwrap().count(),
+                0,
+                "nothing written"
+            );
+        } else {
+            assert!(o.status.success(), "{release}: {}", stderr(&o));
+        }
+    }
+}

@@ -469,6 +469,7 @@ fn parent_dir(a: &SplitArgs) -> &std::path::Path {
 /// and a Stage into the live table directory or beside a previous split's children
 /// (item 5).
 fn refuse_before_writing(a: &SplitArgs) -> Result<(), Failed> {
+    refuse_dead_prefix_target(a)?;
     let table_dir = parent_dir(a);
     let checked = match a.publish {
         PublishArg::Stage => {
@@ -481,6 +482,39 @@ fn refuse_before_writing(a: &SplitArgs) -> Result<(), Failed> {
         }
     };
     checked.map_err(|e| SplitError::from(e).into())
+}
+
+/// `--target-cassandra` 3.0–5.0.4 keeps a dead prefix in the children; a node that runs
+/// 5.0.5 or later misreads it in every compaction (`SSTableSimpleScanner` scans Data.db
+/// from position 0, CASSANDRA-20092). The parent's node is found as the sidecar finds it
+/// offline: `release_version` in the `system.local` sstables of the data directory the
+/// parent lives in (`<data>/<keyspace>/<table>/`, so `<data>/system/local-*`). Known to
+/// be 5.0.5+: refused, as `operator::job::target_cassandra` refuses the same target on such
+/// a node. No data directory there, or no readable release: the operator's explicit choice
+/// stands (`cleave survey` counts what it leaves).
+fn refuse_dead_prefix_target(a: &SplitArgs) -> Result<(), Failed> {
+    if a.target_cassandra.scans_data_from_zero() {
+        return Ok(());
+    }
+    let Some(data_dir) = parent_dir(a).parent().and_then(std::path::Path::parent) else {
+        return Ok(());
+    };
+    if !data_dir.join("system").is_dir() {
+        return Ok(());
+    }
+    match cleave::operator::release::from_system_local(data_dir) {
+        Ok((node, sstable)) if node.scans_data_from_zero() => Err(Failed::invalid(
+            &a.parent,
+            format!(
+                "--target-cassandra {} keeps a dead prefix in the children, which this node's \
+                 Cassandra {node} (release_version in {}) misreads in every compaction (5.0.5 \
+                 and later scan Data.db from position 0); leave --target-cassandra unset",
+                a.target_cassandra,
+                sstable.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// `--parts N` beyond the parent's partitions: the engine makes `min(N, partitions)`

@@ -10,7 +10,7 @@
 //! unknown — the strictest, the newest line's rules. Resolved once at the sidecar's start: an upgrade
 //! of Cassandra restarts its pod, and with it the sidecar.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::mgmt::Client;
@@ -91,35 +91,15 @@ pub async fn resolve(flag: TargetCassandra, api: Option<&Client>, data_dir: &Pat
         }
     }
     let dir = data_dir.to_path_buf();
-    let scan =
-        tokio::task::spawn_blocking(move || crate::sstable::release::node_release(&dir)).await;
-    let why = match scan {
-        Ok(Ok(scan)) => match scan.release {
-            Some(r) => match TargetCassandra::parse(&r.version) {
-                Ok(release) if release != TargetCassandra::Unknown => {
-                    return NodeRelease {
-                        release,
-                        source: ReleaseSource::SystemLocal,
-                        note: note.map(|n| format!("{n}; read from {}", r.sstable.display())),
-                    };
-                }
-                _ => format!(
-                    "system.local's release_version {:?} is not a release",
-                    r.version
-                ),
-            },
-            None => format!(
-                "no release_version in {} system.local sstable(s) under {}{}",
-                scan.sstables_read,
-                data_dir.display(),
-                if scan.skipped.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({} skipped: {})", scan.skipped.len(), scan.skipped[0].1)
-                }
-            ),
-        },
-        Ok(Err(e)) => e.to_string(),
+    let why = match tokio::task::spawn_blocking(move || from_system_local(&dir)).await {
+        Ok(Ok((release, sstable))) => {
+            return NodeRelease {
+                release,
+                source: ReleaseSource::SystemLocal,
+                note: note.map(|n| format!("{n}; read from {}", sstable.display())),
+            };
+        }
+        Ok(Err(why)) => why,
         Err(e) => e.to_string(),
     };
     NodeRelease {
@@ -129,6 +109,32 @@ pub async fn resolve(flag: TargetCassandra, api: Option<&Client>, data_dir: &Pat
             Some(n) => format!("{n}; {why}"),
             None => why,
         }),
+    }
+}
+
+/// The release in `data_dir`'s own `system.local` sstables (`release_version`, newest cell)
+/// and the Data.db it was read from, or why none decides. Blocking: reads files. The CLI asks
+/// it directly (a node's data directory is the table directory's grandparent).
+pub fn from_system_local(data_dir: &Path) -> Result<(TargetCassandra, PathBuf), String> {
+    let scan = crate::sstable::release::node_release(data_dir).map_err(|e| e.to_string())?;
+    match scan.release {
+        Some(r) => match TargetCassandra::parse(&r.version) {
+            Ok(release) if release != TargetCassandra::Unknown => Ok((release, r.sstable)),
+            _ => Err(format!(
+                "system.local's release_version {:?} is not a release",
+                r.version
+            )),
+        },
+        None => Err(format!(
+            "no release_version in {} system.local sstable(s) under {}{}",
+            scan.sstables_read,
+            data_dir.display(),
+            if scan.skipped.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} skipped: {})", scan.skipped.len(), scan.skipped[0].1)
+            }
+        )),
     }
 }
 
