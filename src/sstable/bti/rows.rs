@@ -427,6 +427,20 @@ mod tests {
         let err = read_blocks(file, &bytes, &e, 0, last - 1).unwrap_err();
         assert_eq!(err.kind(), "corrupt");
         assert!(err.to_string().contains("inside the partition"), "{err}");
+        // Blocks out of order (a later separator at an earlier offset) are refused too.
+        let mut swapped = blocks(3);
+        swapped[2].offset = swapped[1].offset;
+        let mut w = RowsWriter::new(Vec::new());
+        let at = w
+            .append(b"pk", 99, &swapped, 2, DeletionTime::Live)
+            .unwrap();
+        let bytes = w.finish().unwrap();
+        let e = read_entry(file, &bytes, at).unwrap();
+        let err = read_blocks(file, &bytes, &e, 0, 1 << 30).unwrap_err();
+        assert!(
+            err.to_string().contains("after the previous block"),
+            "{err}"
+        );
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 0xA5;
