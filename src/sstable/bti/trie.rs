@@ -1040,6 +1040,15 @@ impl<P: Payload, W: Write> TrieWriter<P, W> {
 mod tests {
     use super::*;
 
+    /// Walks to the end: the longest path seen at a payload node, or the walk's error.
+    fn deepest(mut w: Walk<'_>) -> Result<usize> {
+        let mut deepest = 0;
+        while let Some(v) = w.next_node()? {
+            deepest = deepest.max(v.path.len());
+        }
+        Ok(deepest)
+    }
+
     #[test]
     fn trie_sized_ints_match_cassandra() {
         assert_eq!(non_zero_size(0), 1);
@@ -1145,14 +1154,7 @@ mod tests {
             buf.extend_from_slice(&[0x50, 2, 1, 2, (pos - prev) as u8, (pos - prev) as u8]);
         }
         let end = buf.len() as u64;
-        let mut w = Walk::new(file, &buf, end - 6, 0..end, usize::MAX);
-        let err = loop {
-            match w.next_node() {
-                Ok(Some(_)) => continue,
-                Ok(None) => panic!("walk should fail"),
-                Err(e) => break e,
-            }
-        };
+        let err = deepest(Walk::new(file, &buf, end - 6, 0..end, usize::MAX)).unwrap_err();
         assert!(err.to_string().contains("shared"), "{err}");
         // A chain of 40 single-child nodes over a payload leaf: walked whole when keys may
         // be 40 transitions deep, refused as corruption when they may be 10 at most.
@@ -1164,32 +1166,15 @@ mod tests {
             buf.extend_from_slice(&[0x20, b'a', (pos - prev) as u8]);
         }
         let end = buf.len() as u64;
-        let walk_all = |max_depth| {
-            let mut w = Walk::new(file, &buf, end - 3, 0..end, max_depth);
-            let mut deepest = 0;
-            loop {
-                match w.next_node() {
-                    Ok(Some(v)) => deepest = deepest.max(v.path.len()),
-                    Ok(None) => return Ok(deepest),
-                    Err(e) => return Err(e),
-                }
-            }
-        };
-        assert_eq!(walk_all(40).unwrap(), 40);
-        let err = walk_all(10).unwrap_err();
+        let walk = |region, max_depth| deepest(Walk::new(file, &buf, end - 3, region, max_depth));
+        assert_eq!(walk(0..end, 40).unwrap(), 40);
+        let err = walk(0..end, 10).unwrap_err();
         assert!(
             err.to_string().contains("deeper than the longest key"),
             "{err}"
         );
         // A node before the walk's region (the previous Rows.db entry's trie) is refused.
-        let mut w = Walk::new(file, &buf, end - 3, 4..end, usize::MAX);
-        let err = loop {
-            match w.next_node() {
-                Ok(Some(_)) => continue,
-                Ok(None) => panic!("walk should fail"),
-                Err(e) => break e,
-            }
-        };
+        let err = walk(4..end, usize::MAX).unwrap_err();
         assert!(err.to_string().contains("before its region"), "{err}");
     }
 }
