@@ -76,6 +76,10 @@ pub enum Reason {
     ManagementApiFailed,
     /// An `OnRestart` job's intent and staged children are gone from the data volume before `apply-pending` published them (removed by hand, or the volume replaced): nothing was published.
     PendingLost,
+    /// A DatacenterCleanup's CassandraTask `restart` of a rack failed (cass-operator's condition or pod counts say so): no further rack starts.
+    RestartFailed,
+    /// A DatacenterCleanup names a CassandraDatacenter that does not exist in its namespace, or one with no Cassandra pods.
+    DatacenterNotFound,
 }
 
 impl Reason {
@@ -113,6 +117,8 @@ impl Reason {
             Reason::ClusterUnavailable => "The cluster could not lose this node now: the management API's cluster probe failed at LOCAL_QUORUM for the keyspace's replication factor.",
             Reason::DowntimeExceeded => "A maintenance window would last (or lasted) longer than `maxDowntimeSeconds`.",
             Reason::ManagementApiFailed => "The management API could not be reached, or answered a call with a status its OpenAPI document does not give for success.",
+            Reason::RestartFailed => "A DatacenterCleanup's CassandraTask `restart` of a rack failed (cass-operator's condition or pod counts say so): no further rack starts.",
+            Reason::DatacenterNotFound => "A DatacenterCleanup names a CassandraDatacenter that does not exist in its namespace, or one with no Cassandra pods.",
         }
     }
 
@@ -149,6 +155,8 @@ impl Reason {
         Reason::ClusterUnavailable,
         Reason::DowntimeExceeded,
         Reason::ManagementApiFailed,
+        Reason::RestartFailed,
+        Reason::DatacenterNotFound,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -184,6 +192,8 @@ impl Reason {
             Reason::ClusterUnavailable => "ClusterUnavailable",
             Reason::DowntimeExceeded => "DowntimeExceeded",
             Reason::ManagementApiFailed => "ManagementApiFailed",
+            Reason::RestartFailed => "RestartFailed",
+            Reason::DatacenterNotFound => "DatacenterNotFound",
         }
     }
 

@@ -25,8 +25,16 @@ pub enum LogFormat {
 #[derive(clap::Args)]
 pub struct RunArgs {
     /// The node this sidecar serves: only resources naming it are acted on.
-    #[arg(long, env = "NODE_NAME")]
-    pub node: String,
+    #[arg(long, env = "NODE_NAME", required_unless_present = "cluster")]
+    pub node: Option<String>,
+    /// The cluster-scoped side instead of a node's sidecar: DatacenterCleanups fanned out
+    /// into per-node CleanupJobs and rack restarts (docs/operator.md "After a scale-up").
+    /// One leader among the replicas (Lease `--leader-lease` in `--namespace`).
+    #[arg(long, conflicts_with_all = ["local", "stream_addr", "management_api"])]
+    pub cluster: bool,
+    /// With --cluster: the Lease the replicas elect their leader with.
+    #[arg(long, default_value = "cleave-cluster-leader", requires = "cluster")]
+    pub leader_lease: String,
     /// Kubeconfig (default: in-cluster, then ~/.kube/config).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -234,6 +242,10 @@ async fn survey_loop(data_dir: PathBuf, every: Duration, metrics: Arc<Metrics>) 
 }
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
+    if a.cluster {
+        return run_cluster(a);
+    }
+    let node = a.node.clone().unwrap_or_default();
     // A `--local` directory that is not there is a typo, not a directory that will appear:
     // refused before anything starts (the local reconciler would poll it forever).
     if let Some(dir) = &a.local {
@@ -277,21 +289,21 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         let server = cleave::http::Server::new(listener, metrics::router(metrics.clone()));
         let http = tokio::spawn(server.serve(stop()));
         let window = node_api(&a)?;
-        let node = cleave::operator::release::resolve(
+        let release = cleave::operator::release::resolve(
             a.cassandra_version,
             window.as_ref().map(|w| &w.client),
             &a.data_dir,
         )
         .await;
         tracing::info!(
-            release = %node.release,
-            source = node.source.as_str(),
-            note = node.note.as_deref().unwrap_or(""),
+            release = %release.release,
+            source = release.source.as_str(),
+            note = release.note.as_deref().unwrap_or(""),
             "the node's Cassandra release: the default target of its jobs and the receiver's strictness"
         );
         metrics
             .cassandra_release
-            .with_label_values(&[&node.release.to_string(), node.source.as_str()])
+            .with_label_values(&[&release.release.to_string(), release.source.as_str()])
             .set(1);
         if let Some(addr) = &a.stream_addr {
             super::stream::spawn_receiver(
@@ -299,9 +311,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 &a.stream,
                 super::stream::ReceiverNode {
                     data_dir: Some(a.data_dir.clone()),
-                    node: Some(a.node.clone()),
+                    node: Some(node.clone()),
                     min_free_percent: f64::from(a.min_free_percent),
-                    cassandra: node.release,
+                    cassandra: release.release,
                 },
                 metrics.stream.clone(),
                 stop(),
@@ -319,13 +331,13 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         let limits = NodeLimits {
             max_concurrent_jobs: a.max_concurrent_jobs as usize,
             min_free_percent: a.min_free_percent,
-            cassandra: node.release,
+            cassandra: release.release,
         };
         match &a.local {
             Some(dir) => {
                 let mut ctx = Ctx::new(
                     LocalStore { dir: dir.clone() },
-                    &a.node,
+                    &node,
                     a.data_dir.clone(),
                     metrics,
                 );
@@ -341,18 +353,10 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 local::run(ctx, Duration::from_secs(2), a.once).await?;
             }
             None => {
-                let client = match &a.kubeconfig {
-                    Some(p) => {
-                        let kc = kube::config::Kubeconfig::read_from(p)?;
-                        let cfg =
-                            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-                        kube::Client::try_from(cfg)?
-                    }
-                    None => kube::Client::try_default().await?,
-                };
+                let client = kube_client(&a).await?;
                 let mut ctx = Ctx::new(
-                    KubeStore::new(client.clone(), &a.node),
-                    &a.node,
+                    KubeStore::new(client.clone(), &node),
+                    &node,
                     a.data_dir.clone(),
                     metrics,
                 );
@@ -377,6 +381,101 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     // Executions have ended (controller::run waits for them); what is left are tasks talking
     // to an apiserver that may not answer (Event publishing, watches). They must not hold
     // the pod for the kube client's own timeouts.
+    rt.shutdown_timeout(Duration::from_secs(2));
+    result
+}
+
+async fn kube_client(a: &RunArgs) -> Result<kube::Client> {
+    Ok(match &a.kubeconfig {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p)?;
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+            kube::Client::try_from(cfg)?
+        }
+        None => kube::Client::try_default().await?,
+    })
+}
+
+/// `cleave run --cluster`: metrics and health, then the leader election, then the
+/// DatacenterCleanup controller for as long as the lease is held. A replica that loses the
+/// lease exits 1 (its pod restarts and stands again): a controller that stopped acting
+/// mid-step must not act again from stale memory.
+fn run_cluster(a: RunArgs) -> Result<ExitCode> {
+    use cleave::operator::datacenter::{controller as dc, leader};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let result = rt.block_on(async move {
+        let metrics = Metrics::new()?;
+        let listener = tokio::net::TcpListener::bind(&a.metrics_addr)
+            .await
+            .with_context(|| format!("binding --metrics-addr {}", a.metrics_addr))?;
+        tracing::info!(addr = %listener.local_addr()?, "serving /metrics /healthz /readyz");
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stop = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|v| *v).await;
+            }
+        };
+        let term_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            termination().await;
+            let _ = term_tx.send(true);
+        });
+        let server = cleave::http::Server::new(listener, metrics::router(metrics.clone()));
+        let http = tokio::spawn(server.serve(stop()));
+        let client = kube_client(&a).await?;
+        let namespace = a.namespace.clone().unwrap_or_else(|| "default".into());
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+            format!(
+                "{}-{}",
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .unwrap_or_default()
+                    .trim(),
+                std::process::id()
+            )
+        });
+        let election = leader::Election::new(client.clone(), &namespace, &a.leader_lease, &identity);
+        tracing::info!(lease = %a.leader_lease, namespace = %namespace, identity = %identity, "cluster: standing for leader");
+        tokio::select! {
+            r = election.acquire() => r?,
+            _ = stop() => {
+                http.abort();
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        tracing::info!(identity = %identity, "cluster: leading; DatacenterCleanups are reconciled here");
+        let (lost_tx, mut lost_rx) = tokio::sync::watch::channel(false);
+        let controller = dc::run(
+            client,
+            a.namespace.clone(),
+            metrics.clone(),
+            identity,
+            {
+                let s = stop();
+                async move {
+                    tokio::select! {
+                        _ = s => {}
+                        _ = lost_rx.wait_for(|v| *v) => {}
+                    }
+                }
+            },
+        );
+        let lost = tokio::select! {
+            _ = controller => false,
+            _ = election.hold() => true,
+        };
+        let _ = lost_tx.send(true);
+        metrics.ready.store(false, std::sync::atomic::Ordering::Relaxed);
+        http.abort();
+        if lost {
+            tracing::error!("cluster: leadership lost; exiting so that this replica stands again");
+            return Ok(ExitCode::FAILURE);
+        }
+        election.release().await;
+        Ok(ExitCode::SUCCESS)
+    });
     rt.shutdown_timeout(Duration::from_secs(2));
     result
 }

@@ -943,6 +943,7 @@ enum Kind {
     Job,
     Stream,
     Cleanup,
+    Datacenter,
 }
 
 /// The schema rules across fields, and what makes the generated schema one a 1.20
@@ -977,6 +978,7 @@ fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
         Kind::Job => type_description::<AnticompactionJobSpec>(),
         Kind::Stream => type_description::<RangeStreamSpec>(),
         Kind::Cleanup => type_description::<CleanupJobSpec>(),
+        Kind::Datacenter => type_description::<super::datacenter::crd::DatacenterCleanupSpec>(),
     };
     if spec.get("description").is_none() {
         if let Some(d) = doc {
@@ -987,6 +989,18 @@ fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
         Kind::Job => &["ranges", "transientRanges"],
         Kind::Stream => &["ranges"],
         Kind::Cleanup => &["ownedRanges"],
+        Kind::Datacenter => {
+            // No tokens: exactly one way to name the nodes, and a restart by CassandraTask
+            // only for a CassandraDatacenter.
+            spec["oneOf"] = json!([
+                {"required": ["datacenter"], "properties": {"podSelector": {"not": {}}}},
+                {"required": ["podSelector"], "properties": {
+                    "datacenter": {"not": {}},
+                    "restart": {"enum": ["None"]},
+                }},
+            ]);
+            return;
+        }
     };
     let tokens = |pattern: &str| {
         let range = json!({"items": {"properties": {
@@ -1061,6 +1075,7 @@ fn admission_rules(kind: Kind, schema: &mut serde_json::Value) {
                 {"required": ["service"], "properties": {"endpoint": {"not": {}}}},
             ]);
         }
+        Kind::Datacenter => {}
         Kind::Cleanup => {
             // Exactly one source of ownership: explicit ranges, or the management API.
             spec["oneOf"] = json!([
@@ -1107,6 +1122,10 @@ pub fn crds() -> Result<Vec<serde_json::Value>, serde_json::Error> {
         (Kind::Job, AnticompactionJob::crd()),
         (Kind::Stream, RangeStream::crd()),
         (Kind::Cleanup, CleanupJob::crd()),
+        (
+            Kind::Datacenter,
+            super::datacenter::crd::DatacenterCleanup::crd(),
+        ),
     ]
     .into_iter()
     .map(|(kind, crd)| {
@@ -1209,7 +1228,7 @@ mod tests {
     #[test]
     fn the_crds_describe_every_field_and_keep_unknown_spec_fields() {
         let crds = crds().unwrap();
-        assert_eq!(crds.len(), 3);
+        assert_eq!(crds.len(), 4);
         for crd in &crds {
             let v = &crd["spec"]["versions"][0];
             let schema = &v["schema"]["openAPIV3Schema"];
@@ -1221,7 +1240,8 @@ mod tests {
             assert!(!text.contains("\"default\""), "no defaults");
             let spec = &schema["properties"]["spec"];
             assert_eq!(spec["x-kubernetes-preserve-unknown-fields"], json!(true));
-            if crd["spec"]["names"]["kind"] != "CleanupJob" {
+            let kind = crd["spec"]["names"]["kind"].as_str();
+            if !matches!(kind, Some("CleanupJob") | Some("DatacenterCleanup")) {
                 assert_eq!(spec["properties"]["ranges"]["minItems"], json!(1));
             }
             let columns: Vec<&str> = v["additionalPrinterColumns"]
@@ -1230,6 +1250,13 @@ mod tests {
                 .iter()
                 .map(|c| c["name"].as_str().unwrap())
                 .collect();
+            if kind == Some("DatacenterCleanup") {
+                // No node: the datacenter, then how far, rack by rack (issue 35).
+                let want = ["Datacenter", "Phase", "Nodes", "Rack", "Reason", "Age"];
+                assert_eq!(columns, want);
+                assert_eq!(spec["oneOf"].as_array().map(Vec::len), Some(2));
+                continue;
+            }
             // What and where (issue 37 item 9), then the common progress columns.
             let what_where: &[&str] = match crd["spec"]["names"]["kind"].as_str() {
                 Some("RangeStream") => &["Node", "To", "Datacenter", "Keyspace", "Import"],

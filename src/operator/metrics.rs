@@ -64,6 +64,9 @@ pub struct Metrics {
     /// (`operator::release`): `flag`, `management-api`, `system-local` or `none` (release
     /// `unknown`).
     pub cassandra_release: IntGaugeVec,
+    /// `cleave run --cluster`: the nodes of each DatacenterCleanup by state (Pending,
+    /// Running, Staged, Published, Failed), as its last reconcile counted them.
+    pub datacenter_nodes: IntGaugeVec,
 }
 
 impl Metrics {
@@ -198,6 +201,14 @@ impl Metrics {
             &["release", "source"],
         )?;
         registry.register(Box::new(cassandra_release.clone()))?;
+        let datacenter_nodes = IntGaugeVec::new(
+            Opts::new(
+                "cleave_datacenter_cleanup_nodes",
+                "Nodes of a DatacenterCleanup by state (cleave run --cluster)",
+            ),
+            &["namespace", "name", "state"],
+        )?;
+        registry.register(Box::new(datacenter_nodes.clone()))?;
         registry.register(Box::new(survey_sstables.clone()))?;
         registry.register(Box::new(survey_dead_prefix.clone()))?;
         registry.register(Box::new(stream_sent.clone()))?;
@@ -261,6 +272,7 @@ impl Metrics {
             stream_retries,
             survey_sstables,
             survey_dead_prefix,
+            datacenter_nodes,
             cassandra_release,
         }))
     }

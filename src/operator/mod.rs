@@ -8,6 +8,7 @@ pub mod cleanup;
 pub mod controller;
 pub mod core;
 pub mod crd;
+pub mod datacenter;
 pub mod decide;
 pub mod job;
 pub mod local;
