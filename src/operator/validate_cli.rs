@@ -105,11 +105,14 @@ pub fn check_manifest(yaml: &str) -> Checked {
             "AnticompactionJob" => problems_of::<AnticompactionJob>(doc),
             "RangeStream" => problems_of::<RangeStream>(doc),
             "CleanupJob" => problems_of::<CleanupJob>(doc),
+            "DatacenterCleanup" => {
+                crate::operator::datacenter::crd::DatacenterCleanup::problems_in(&doc["spec"])
+            }
             _ => {
                 problem(SpecProblem::new(
                     "kind",
                     Reason::InvalidSpec,
-                    format!("{kind:?}: cleave.dev/v1alpha1 has AnticompactionJob, RangeStream and CleanupJob"),
+                    format!("{kind:?}: cleave.dev/v1alpha1 has AnticompactionJob, RangeStream, CleanupJob and DatacenterCleanup"),
                 ));
                 continue;
             }

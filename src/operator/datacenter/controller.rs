@@ -381,7 +381,39 @@ async fn write_status(
     Ok(())
 }
 
-/// One reconcile: gather → decide → apply → status.
+/// Ends the resource `Failed` before it ran (a spec the schema refuses, no datacenter).
+async fn fail(
+    ctx: &ClusterCtx,
+    dcc: &DatacenterCleanup,
+    mut st: DatacenterCleanupStatus,
+    reason: Reason,
+    message: String,
+    now: &str,
+) -> Result<Action, ClusterError> {
+    st.phase = Some(Phase::Failed);
+    st.reason = Some(reason.as_str().into());
+    st.message = Some(message.clone());
+    st.completion_time = Some(now.into());
+    st.observed_generation = dcc.metadata.generation;
+    crate::operator::status::set_condition(
+        &mut st.conditions,
+        crate::operator::status::ConditionType::Failed,
+        true,
+        reason.into(),
+        &message,
+        dcc.metadata.generation,
+        now,
+    );
+    write_status(ctx, dcc, &st).await?;
+    ctx.metrics
+        .failures
+        .with_label_values(&["DatacenterCleanup", reason.as_str()])
+        .inc();
+    event(ctx, dcc, true, reason.as_str(), message).await;
+    Ok(Action::await_change())
+}
+
+/// One reconcile: validate → gather → decide → apply → status.
 async fn apply(dcc: Arc<DatacenterCleanup>, ctx: Arc<ClusterCtx>) -> Result<Action, ClusterError> {
     let ns = dcc.namespace().unwrap_or_default();
     let prev = dcc.status.clone().unwrap_or_default();
@@ -389,18 +421,14 @@ async fn apply(dcc: Arc<DatacenterCleanup>, ctx: Arc<ClusterCtx>) -> Result<Acti
         return Ok(Action::await_change());
     }
     let now = crate::operator::decide::now_rfc3339();
+    // validate → gather → decide → apply → status.
+    let problems = dcc.problems();
+    if let Some(f) = crate::operator::schema::failure_of(&problems) {
+        return fail(&ctx, &dcc, prev, f.reason, f.message, &now).await;
+    }
     let world = match gather(&ctx, &ns, &dcc).await? {
         Ok(w) => w,
-        Err(why) => {
-            let mut st = prev.clone();
-            st.phase = Some(Phase::Failed);
-            st.reason = Some(Reason::DatacenterNotFound.as_str().into());
-            st.message = Some(why.clone());
-            st.completion_time = Some(now);
-            write_status(&ctx, &dcc, &st).await?;
-            event(&ctx, &dcc, true, Reason::DatacenterNotFound.as_str(), why).await;
-            return Ok(Action::await_change());
-        }
+        Err(why) => return fail(&ctx, &dcc, prev, Reason::DatacenterNotFound, why, &now).await,
     };
     let step = decide::step(&dcc.spec, &prev, &world, dcc.metadata.generation, &now);
     let jobs: Api<CleanupJob> = Api::namespaced(ctx.client.clone(), &ns);
@@ -564,13 +592,98 @@ pub async fn run(
             m.ready.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     });
-    c.graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        stop.await;
+        let _ = tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let cleanups = c
+        .graceful_shutdown_on(stopped(rx.clone()))
+        .run(reconcile, error_policy, ctx.clone())
         .for_each(|r| {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "datacenter cleanup controller");
             }
             futures::future::ready(())
-        })
+        });
+    let scale_ups = watch_scale_ups(ctx, namespace, stopped(rx));
+    futures::join!(cleanups, scale_ups);
+}
+
+/// The CassandraDatacenters that opted in (`scale_up::OPT_IN_LABEL`), if cass-operator's
+/// CRD is installed at all (without it, there is nothing to watch: podSelector users).
+async fn watch_scale_ups(
+    ctx: Arc<ClusterCtx>,
+    namespace: Option<String>,
+    stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ar = datacenter_resource();
+    let api: Api<DynamicObject> = match &namespace {
+        Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &ar),
+        None => Api::all_with(ctx.client.clone(), &ar),
+    };
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            info!("no CassandraDatacenter CRD: scale-ups are not watched");
+            return;
+        }
+        Err(e) => {
+            warn!(error = %e, "listing CassandraDatacenters failed: scale-ups are not watched (RBAC: list cassandradatacenters.cassandra.datastax.com)");
+            return;
+        }
+    }
+    let cfg = watcher::Config::default().labels(&format!("{}=true", super::scale_up::OPT_IN_LABEL));
+    Controller::new_with(api, cfg, ar)
+        .graceful_shutdown_on(stop)
+        .run(
+            on_datacenter,
+            |_, e, _| {
+                warn!(error = %e, "scale-up reconcile failed; again in 10 s");
+                Action::requeue(Duration::from_secs(10))
+            },
+            ctx,
+        )
+        .for_each(|_| futures::future::ready(()))
         .await;
+}
+
+/// A datacenter that opted in: its cleanup after a finished scale-up, made once.
+async fn on_datacenter(
+    dc: Arc<DynamicObject>,
+    ctx: Arc<ClusterCtx>,
+) -> Result<Action, ClusterError> {
+    use super::scale_up::{wanted, Wanted};
+    match wanted(&dc) {
+        Wanted::Nothing => {}
+        Wanted::Refused(why) => {
+            warn!(datacenter = %dc.name_any(), "{why}");
+            let ev = KEvent {
+                type_: EventType::Warning,
+                reason: "CleanupNotCreated".into(),
+                note: Some(why),
+                action: "DatacenterCleanup".into(),
+                secondary: None,
+            };
+            let r = dc.object_ref(&datacenter_resource());
+            if let Err(e) = ctx.recorder.publish(&ev, &r).await {
+                warn!(error = %e, "publishing an Event failed");
+            }
+        }
+        Wanted::Cleanup(dcc) => {
+            let api: Api<DatacenterCleanup> =
+                Api::namespaced(ctx.client.clone(), &dc.namespace().unwrap_or_default());
+            match api.create(&PostParams::default(), &dcc).await {
+                Ok(_) => {
+                    info!(datacenter = %dc.name_any(), cleanup = %dcc.name_any(), "scale-up finished: DatacenterCleanup created")
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(Action::await_change())
 }

@@ -197,3 +197,43 @@ pub struct NodeStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
+
+impl DatacenterCleanup {
+    /// Everything that fails the resource before it runs: the CRD's schema (an apiserver
+    /// enforced it already; `cleave validate` meets a manifest here), unknown fields
+    /// included. The one check the controller and `cleave validate` both make.
+    pub fn problems_in(spec: &serde_json::Value) -> Vec<crate::operator::schema::SpecProblem> {
+        crate::operator::schema::spec_problems("DatacenterCleanup", spec)
+    }
+
+    pub fn problems(&self) -> Vec<crate::operator::schema::SpecProblem> {
+        match serde_json::to_value(&self.spec) {
+            Ok(spec) => Self::problems_in(&spec),
+            Err(e) => vec![crate::operator::schema::SpecProblem::new(
+                "spec",
+                crate::reason::Reason::InvalidSpec,
+                format!("not serializable: {e}"),
+            )],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datacenter_spec_needs_exactly_one_way_to_name_the_nodes_and_known_fields() {
+        let ok = serde_json::json!({"datacenter": "dc1", "keyspaces": ["ks"]});
+        assert!(DatacenterCleanup::problems_in(&ok).is_empty());
+        for bad in [
+            serde_json::json!({"keyspaces": ["ks"]}),
+            serde_json::json!({"datacenter": "dc1", "podSelector": {"a": "b"}, "keyspaces": ["ks"]}),
+            serde_json::json!({"podSelector": {"a": "b"}, "keyspaces": ["ks"], "restart": "CassandraTask"}),
+            serde_json::json!({"datacenter": "dc1", "keyspaces": []}),
+            serde_json::json!({"datacenter": "dc1", "keyspaces": ["ks"], "maxConcurentNodes": 2}),
+        ] {
+            assert!(!DatacenterCleanup::problems_in(&bad).is_empty(), "{bad}");
+        }
+    }
+}

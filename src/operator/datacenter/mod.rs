@@ -8,3 +8,4 @@ pub mod controller;
 pub mod crd;
 pub mod decide;
 pub mod leader;
+pub mod scale_up;
