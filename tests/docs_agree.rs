@@ -300,7 +300,9 @@ fn every_cleave_manifest_in_the_docs_can_run() {
 #[test]
 fn values_yaml_comments_agree_with_the_chart() {
     let values = read("charts/cleave/values.yaml");
-    let rbac = read("charts/cleave/templates/rbac.yaml");
+    // The sidecars' Role and the cluster part's.
+    let rbac =
+        read("charts/cleave/templates/rbac.yaml") + &read("charts/cleave/templates/cluster.yaml");
     // The Role's rules: the resources lines.
     let grants_secrets = rbac
         .lines()
@@ -326,6 +328,109 @@ fn values_yaml_comments_agree_with_the_chart() {
         dc.lines().any(|l| l.trim_start().starts_with(&format!("{}:", &field[1]))),
         "values.yaml names the CassandraDatacenter's `{}`, examples/cassandradatacenter.yaml does not use it",
         &field[1]
+    );
+    // The Lease the cluster part's comment names is the one the chart passes and grants.
+    let lease = leader_lease();
+    let cluster = &values[values
+        .find("\ncluster:\n")
+        .expect("values.yaml has cluster:")..];
+    let before = &values[..values.find("\ncluster:\n").unwrap()];
+    let comments = before[before.rfind("\n\n").unwrap()..].to_string() + cluster;
+    let names: Vec<&str> = Regex::new(r"cleave-[a-z-]*leader")
+        .unwrap()
+        .find_iter(&comments)
+        .map(|m| m.as_str())
+        .collect();
+    assert!(
+        !names.is_empty(),
+        "values.yaml's cluster comment names no Lease"
+    );
+    for n in names {
+        assert_eq!(
+            n, lease,
+            "values.yaml names the Lease {n}; the chart's is {lease}"
+        );
+    }
+}
+
+/// The name `cleave.leaderLease` in the chart's _helpers.tpl renders.
+fn leader_lease() -> String {
+    let helpers = read("charts/cleave/templates/_helpers.tpl");
+    let c = Regex::new(r#"\{\{- define "cleave.leaderLease" -\}\}([a-z0-9-]+)\{\{- end \}\}"#)
+        .unwrap()
+        .captures(&helpers)
+        .expect("_helpers.tpl defines cleave.leaderLease as one name");
+    c[1].to_string()
+}
+
+/// (resource, verbs) of every rule in a chart template, verbs of one resource merged.
+fn template_rules(
+    text: &str,
+) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let quoted = Regex::new(r#""([^"]*)""#).unwrap();
+    let list =
+        |l: &str| -> Vec<String> { quoted.captures_iter(l).map(|c| c[1].to_string()).collect() };
+    let mut out: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    let mut resources = Vec::new();
+    for l in text.lines().map(str::trim) {
+        if let Some(r) = l.strip_prefix("resources:") {
+            resources = list(r);
+        } else if let Some(v) = l.strip_prefix("verbs:") {
+            for r in &resources {
+                out.entry(r.clone()).or_default().extend(list(v));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_cluster_parts_grants_in_install_md_are_the_charts() {
+    // docs/install.md's table under "The cluster part": a row per resource, its verbs the
+    // union of the chart's rules for it (the Lease's two rules in one row), no row the chart
+    // does not grant.
+    let chart = template_rules(&read("charts/cleave/templates/cluster.yaml"));
+    assert!(chart.len() >= 9, "{chart:?}");
+    let install = read("docs/install.md");
+    let start = install
+        .find("\n## The cluster part")
+        .expect("docs/install.md has a section on the cluster part");
+    let section = &install[start + 1..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    const VERBS: [&str; 7] = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
+    let resource_re = Regex::new(r"`([a-z./]+)`$").unwrap();
+    let word = Regex::new(r"[a-z]+").unwrap();
+    let mut documented = std::collections::BTreeMap::new();
+    for row in section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| API"))
+    {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let resource = resource_re
+            .captures(cells[1])
+            .unwrap_or_else(|| panic!("row without a `resource` last in its first cell: {row}"))[1]
+            .to_string();
+        let verbs: std::collections::BTreeSet<String> = word
+            .find_iter(cells[2])
+            .map(|m| m.as_str().to_string())
+            .filter(|w| VERBS.contains(&w.as_str()))
+            .collect();
+        documented.insert(resource, verbs);
+    }
+    assert_eq!(
+        documented, chart,
+        "docs/install.md's grants of the cluster part differ from charts/cleave/templates/cluster.yaml"
+    );
+    // The Lease row names the one Lease, and says so of get and update.
+    let lease = leader_lease();
+    assert!(
+        section
+            .lines()
+            .any(|l| l.contains("`leases`") && l.contains(&format!("`{lease}` only"))),
+        "docs/install.md: the Lease row does not say get/update are of {lease} only"
     );
 }
 

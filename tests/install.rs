@@ -1,6 +1,7 @@
 //! The install path as an admin follows it: the Helm chart (lint, schema, every value set
 //! rendered and accepted by a REAL kube-apiserver with `kubectl apply --dry-run=server`), its
-//! RBAC proven enough (a job completes under the chart's ServiceAccount token) and no more
+//! RBAC proven enough (a job completes under the chart's ServiceAccount token; the cluster
+//! part's `cleave run --cluster` reconciles a DatacenterCleanup under its own) and no more
 //! (`kubectl auth can-i`), the sidecar snippet merged into a cass-operator-shaped pod, the
 //! CRD copy in the chart, and every manifest in `examples/` and YAML block in `docs/`.
 //!
@@ -202,6 +203,8 @@ fn values_schema_rejects_typos_and_bad_values() {
         ("image.digest=latest", "digest"),
         ("metrics.serviceMonitor.intervl=1m", "intervl"),
         ("toplevelTypo=1", "toplevelTypo"),
+        ("cluster.leaderLeese=x", "leaderLeese"),
+        ("cluster.replicas=0", "replicas"),
     ] {
         let err = helm_fails(&["template", "t", chart().to_str().unwrap(), "--set", set]);
         assert!(
@@ -310,6 +313,282 @@ fn rbac_rules_are_exactly_the_least_privilege_set() {
     }
 }
 
+/// The rules of the cluster part's Role (a ClusterRole with rbac.clusterWide): what
+/// `cleave run --cluster` does (src/operator/datacenter/controller.rs) and nothing else.
+fn cluster_rules() -> Vec<Value> {
+    vec![
+        json!({"apiGroups": ["cleave.dev"], "resources": ["datacentercleanups"], "verbs": ["list", "watch", "create", "patch"]}),
+        json!({"apiGroups": ["cleave.dev"], "resources": ["datacentercleanups/status"], "verbs": ["patch"]}),
+        json!({"apiGroups": ["cleave.dev"], "resources": ["datacentercleanups/finalizers"], "verbs": ["update"]}),
+        json!({"apiGroups": ["cleave.dev"], "resources": ["cleanupjobs"], "verbs": ["list", "watch", "create", "delete"]}),
+        json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}),
+        json!({"apiGroups": ["cassandra.datastax.com"], "resources": ["cassandradatacenters"], "verbs": ["get", "list", "watch"]}),
+        json!({"apiGroups": ["control.k8ssandra.io"], "resources": ["cassandratasks"], "verbs": ["get", "create"]}),
+        json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}),
+    ]
+}
+
+/// The leader election's Role: create, and get/update of the one Lease by name.
+fn leader_rules() -> Vec<Value> {
+    vec![
+        json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}),
+        json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["cleave-cluster-leader"], "verbs": ["get", "update"]}),
+    ]
+}
+
+/// The objects of the cluster part in a render: (kind, name, namespace), sorted.
+fn cluster_objects(docs: &[Value]) -> Vec<(String, String, String)> {
+    let mut v: Vec<(String, String, String)> = docs
+        .iter()
+        .filter(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "cluster")
+        .map(|d| {
+            let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+            (
+                s(&d["kind"]),
+                s(&d["metadata"]["name"]),
+                s(&d["metadata"]["namespace"]),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn object<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// The cluster part (`cleave run --cluster`, the DatacenterCleanup controller): nothing of it
+/// unless `cluster.enabled`; then a Deployment running `run --cluster` under its own
+/// ServiceAccount, with its own Role (ClusterRole with rbac.clusterWide) whose rules are
+/// exactly what the controller does, and a namespaced Role for its Lease where the binary
+/// keeps it (the release namespace; `default` when cluster-wide, which runs without
+/// --namespace).
+#[test]
+fn cluster_part_renders_only_when_enabled_with_its_own_least_privilege_rbac() {
+    if !tools_or_skip("cluster part") {
+        return;
+    }
+    let stream = ci_values("sidecar-stream-values.yaml");
+    for extra in [
+        &[][..],
+        &["--set", "rbac.clusterWide=true"],
+        &["-f", &stream, "--set", "cluster.enabled=false"],
+    ] {
+        let d = yaml_docs(&template("cass", extra));
+        assert!(
+            cluster_objects(&d).is_empty(),
+            "{extra:?}: the cluster part is off"
+        );
+        assert!(find(&d, "Deployment").is_empty(), "{extra:?}");
+        assert!(
+            !d.iter().any(|o| o["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.contains("cluster"))),
+            "{extra:?}"
+        );
+    }
+    let ds_image = find(
+        &yaml_docs(&template("cass", &["--set", "daemonset.enabled=true"])),
+        "DaemonSet",
+    )[0]["spec"]["template"]["spec"]["containers"][0]["image"]
+        .clone();
+    let own = |name: &str, ns: &str| -> Value {
+        json!([{"kind": "ServiceAccount", "name": name, "namespace": ns}])
+    };
+    let check_deployment = |d: &[Value], ns: &str, cluster_wide: bool| {
+        let dep = object(d, "Deployment", "cleave-cluster");
+        assert_eq!(dep["spec"]["replicas"], 2, "two replicas: leader election");
+        let pod = &dep["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], "cleave-cluster");
+        let cs = pod["containers"].as_array().unwrap();
+        assert_eq!(cs.len(), 1);
+        let c = &cs[0];
+        assert_eq!(c["image"], ds_image, "the chart's one image");
+        let mut want = vec!["run", "--cluster"];
+        if !cluster_wide {
+            want.push("--namespace=$(POD_NAMESPACE)");
+        }
+        want.extend([
+            "--leader-lease=cleave-cluster-leader",
+            "--metrics-addr=0.0.0.0:9090",
+            "--log-format=json",
+            "--log-filter=info",
+        ]);
+        assert_eq!(c["args"], json!(want), "{ns}");
+        let env: Vec<(&str, &str)> = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap(),
+                    e["valueFrom"]["fieldRef"]["fieldPath"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        let mut want_env = vec![("POD_NAME", "metadata.name")];
+        if !cluster_wide {
+            // --namespace's own env: set, the controller would watch one namespace only.
+            want_env.push(("POD_NAMESPACE", "metadata.namespace"));
+        }
+        assert_eq!(env, want_env, "downward API");
+        assert_eq!(c["ports"][0]["name"], "cleave-metrics");
+        assert_eq!(c["ports"][0]["containerPort"], 9090);
+        for p in ["livenessProbe", "startupProbe", "readinessProbe"] {
+            assert_eq!(c[p]["httpGet"]["port"], "cleave-metrics", "{p}");
+        }
+        // /readyz is 200 on the leader only: as the readiness probe it would keep the standby
+        // NotReady and stall every rolling update (no new pod can lead before the old leader
+        // goes, and the Deployment removes none before a new one is ready).
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/healthz");
+        assert_restricted(c, pod, "cluster Deployment container");
+        for k in ["volumes", "hostPID", "hostNetwork", "hostIPC"] {
+            assert!(pod[k].is_null(), "{k}: {pod}");
+        }
+        // Not selected by the sidecars' Services, monitors and NetworkPolicy (cleave_ready
+        // is 0 on a standby); selected by its own labels only, which no Cassandra pod has.
+        let labels = &dep["spec"]["template"]["metadata"]["labels"];
+        assert!(labels["cleave.dev/instance"].is_null(), "{labels}");
+        let sel = dep["spec"]["selector"]["matchLabels"].as_object().unwrap();
+        assert_eq!(sel["app.kubernetes.io/component"], "cluster");
+        for (k, v) in sel {
+            assert_eq!(&labels[k], v, "selector label {k}");
+        }
+        assert_eq!(
+            dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"],
+            0
+        );
+    };
+
+    // Namespaced.
+    let d = yaml_docs(&template("cass", &["--set", "cluster.enabled=true"]));
+    let o = |k: &str, n: &str, ns: &str| (k.to_string(), n.to_string(), ns.to_string());
+    assert_eq!(
+        cluster_objects(&d),
+        [
+            o("Deployment", "cleave-cluster", "cass"),
+            o("Role", "cleave-cluster", "cass"),
+            o("Role", "cleave-cluster-leader", "cass"),
+            o("RoleBinding", "cleave-cluster", "cass"),
+            o("RoleBinding", "cleave-cluster-leader", "cass"),
+            o("ServiceAccount", "cleave-cluster", "cass"),
+        ]
+    );
+    assert_eq!(
+        object(&d, "Role", "cleave-cluster")["rules"],
+        json!(cluster_rules())
+    );
+    assert_eq!(
+        object(&d, "Role", "cleave-cluster-leader")["rules"],
+        json!(leader_rules())
+    );
+    for b in ["cleave-cluster", "cleave-cluster-leader"] {
+        let rb = object(&d, "RoleBinding", b);
+        assert_eq!(rb["subjects"], own("cleave-cluster", "cass"), "{b}");
+        assert_eq!(rb["roleRef"]["kind"], "Role", "{b}");
+        assert_eq!(rb["roleRef"]["name"], b);
+    }
+    check_deployment(&d, "cass", false);
+    // The sidecars' own Role and ServiceAccount are untouched by it.
+    assert_eq!(
+        object(&d, "RoleBinding", "cleave")["subjects"],
+        own("cleave", "cass")
+    );
+
+    // Cluster-wide: a ClusterRole; the Lease's Role in `default`, where the binary keeps it
+    // without --namespace.
+    let d = yaml_docs(&template(
+        "cass",
+        &[
+            "--set",
+            "cluster.enabled=true",
+            "--set",
+            "rbac.clusterWide=true",
+        ],
+    ));
+    assert_eq!(
+        cluster_objects(&d),
+        [
+            o("ClusterRole", "cleave-cluster", ""),
+            o("ClusterRoleBinding", "cleave-cluster", ""),
+            o("Deployment", "cleave-cluster", "cass"),
+            o("Role", "cleave-cluster-leader", "default"),
+            o("RoleBinding", "cleave-cluster-leader", "default"),
+            o("ServiceAccount", "cleave-cluster", "cass"),
+        ]
+    );
+    assert_eq!(
+        object(&d, "ClusterRole", "cleave-cluster")["rules"],
+        json!(cluster_rules())
+    );
+    assert_eq!(
+        object(&d, "ClusterRoleBinding", "cleave-cluster")["subjects"],
+        own("cleave-cluster", "cass")
+    );
+    assert_eq!(
+        object(&d, "Role", "cleave-cluster-leader")["rules"],
+        json!(leader_rules())
+    );
+    assert_eq!(
+        object(&d, "RoleBinding", "cleave-cluster-leader")["subjects"],
+        own("cleave-cluster", "cass")
+    );
+    check_deployment(&d, "cass", true);
+
+    // The CI values turn it on (the sidecar shape).
+    let d = yaml_docs(&template("cass", &["-f", &stream]));
+    check_deployment(&d, "cass", false);
+    // rbac.create=false: the ServiceAccount and the Deployment, no grant.
+    let d = yaml_docs(&template(
+        "cass",
+        &[
+            "--set",
+            "cluster.enabled=true",
+            "--set",
+            "rbac.create=false",
+        ],
+    ));
+    assert_eq!(
+        cluster_objects(&d),
+        [
+            o("Deployment", "cleave-cluster", "cass"),
+            o("ServiceAccount", "cleave-cluster", "cass"),
+        ]
+    );
+    // A ServiceAccount of one's own must be named.
+    let c = chart();
+    let err = helm_fails(&[
+        "template",
+        "t",
+        c.to_str().unwrap(),
+        IMAGE[0],
+        IMAGE[1],
+        "--set",
+        "cluster.enabled=true,cluster.serviceAccount.create=false",
+    ]);
+    assert!(
+        err.contains("cluster.serviceAccount.name is required"),
+        "{err}"
+    );
+    // The DaemonSet's cleave executes a Kubernetes node's jobs, a DatacenterCleanup's name pods.
+    let err = helm_fails(&[
+        "template",
+        "t",
+        c.to_str().unwrap(),
+        IMAGE[0],
+        IMAGE[1],
+        "--set",
+        "cluster.enabled=true,daemonset.enabled=true",
+    ]);
+    assert!(
+        err.contains("cluster.enabled needs the sidecar shape"),
+        "{err}"
+    );
+}
+
 /// Every condition reason has a runbook entry, and the runbook's PrometheusRule is the
 /// chart's.
 #[test]
@@ -356,6 +635,10 @@ fn crd_reference_matches_the_schema() {
         ),
         ("RangeStream", cleave::operator::crd::RangeStream::crd()),
         ("CleanupJob", cleave::operator::crd::CleanupJob::crd()),
+        (
+            "DatacenterCleanup",
+            cleave::operator::datacenter::crd::DatacenterCleanup::crd(),
+        ),
     ] {
         let v = serde_json::to_value(&crd).unwrap();
         let schema = &v["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
@@ -375,7 +658,12 @@ fn crd_reference_matches_the_schema() {
                 .unwrap_or_else(|| panic!("docs/crd-reference.md has no '## {title}' section"));
             s.split("\n## ").next().unwrap().to_string()
         };
-        let rows = section(kind) + &section("Status (every kind)");
+        // A DatacenterCleanup's status is its own, in its section.
+        let rows = if kind == "DatacenterCleanup" {
+            section(kind)
+        } else {
+            section(kind) + &section("Status (every kind)")
+        };
         let got: BTreeSet<(String, String, bool)> = rows
             .lines()
             .filter(|l| l.starts_with("| `"))
@@ -528,7 +816,11 @@ fn assert_restricted(c: &Value, pod: &Value, what: &str) {
             .all(|p| p["hostPort"].is_null()),
         "{what}: hostPort"
     );
-    assert!(c["readinessProbe"].is_null() || what.contains("DaemonSet"));
+    // Only where the pod is cleave alone (the DaemonSet, the cluster Deployment): a sidecar's
+    // would take the Cassandra pod out of its Services.
+    assert!(
+        c["readinessProbe"].is_null() || what.contains("DaemonSet") || what.contains("Deployment")
+    );
     if what.contains("init container") {
         // It runs to its end before Cassandra starts: no server, no probe.
         assert!(c["livenessProbe"].is_null() && c["startupProbe"].is_null());
@@ -690,7 +982,7 @@ fn third_party_or_skip(test: &str) -> Option<PathBuf> {
 
 /// Every short name of cleave's CRDs belongs to it alone among the resources the apiserver
 /// serves (its discovery documents, what `kubectl api-resources` prints): `kubectl get
-/// acj,rstream` must never list another kind. `rs` is ReplicaSet's.
+/// acj,rstream,clj,dcc` must never list another kind. `rs` is ReplicaSet's.
 fn short_names_are_not_built_ins(cluster: &Cluster) {
     let mut owners: Vec<(String, String)> = Vec::new();
     let mut collect = |path: &str| {
@@ -719,7 +1011,7 @@ fn short_names_are_not_built_ins(cluster: &Cluster) {
             .any(|(n, o)| n == "rs" && o.contains("replicasets")),
         "the apiserver's discovery lists ReplicaSet's rs: {owners:?}"
     );
-    for ours in ["acj", "rstream"] {
+    for ours in ["acj", "rstream", "clj", "dcc"] {
         let who: BTreeSet<&str> = owners
             .iter()
             .filter(|(n, _)| n == ours)
@@ -769,6 +1061,8 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
             "--timeout=60s",
             "crd/anticompactionjobs.cleave.dev",
             "crd/rangestreams.cleave.dev",
+            "crd/cleanupjobs.cleave.dev",
+            "crd/datacentercleanups.cleave.dev",
             "crd/servicemonitors.monitoring.coreos.com",
             "crd/podmonitors.monitoring.coreos.com",
             "crd/prometheusrules.monitoring.coreos.com",
@@ -1128,6 +1422,8 @@ fn chart_examples_and_docs_on_a_real_apiserver() {
     // 4. RBAC enough: the chart installed for real (defaults), `cleave run` with its
     //    ServiceAccount's token completes a job; and no more: `kubectl auth can-i`.
     rbac_end_to_end(&cluster);
+    // 5. The cluster part, the same both ways, with the operators' CRDs it reads and writes.
+    cluster_part_end_to_end(&cluster, &third_party);
     eprintln!("install e2e done in {:?}", t0.elapsed());
 }
 
@@ -1141,7 +1437,7 @@ fn install_md_text() -> String {
 fn lost_node_uninstall(cluster: &Cluster, install_md: &str) {
     let cmd = install_md
         .lines()
-        .find(|l| l.starts_with("kubectl -n cass get acj,rstream,clj -o name | xargs"))
+        .find(|l| l.starts_with("kubectl -n cass get dcc,acj,rstream,clj -o name | xargs"))
         .expect("docs/install.md gives the lost-node finalizer command");
     let job = |name: &str| {
         format!(
@@ -1172,7 +1468,7 @@ fn lost_node_uninstall(cluster: &Cluster, install_md: &str) {
     std::thread::sleep(Duration::from_secs(2));
     let left = || {
         cluster.kubectl(
-            &["get", "-n", "cass", "acj,rstream,clj", "-o", "name"],
+            &["get", "-n", "cass", "dcc,acj,rstream,clj", "-o", "name"],
             None,
         )
     };
@@ -1205,6 +1501,72 @@ fn lost_node_uninstall(cluster: &Cluster, install_md: &str) {
     }
 }
 
+/// A kubeconfig for ServiceAccount `sa` of `ns`, with the ServiceAccount's own token (1.20's
+/// token controller writes a legacy token Secret for each ServiceAccount).
+fn sa_kubeconfig(cluster: &Cluster, ns: &str, sa: &str) -> PathBuf {
+    let t = Instant::now();
+    let secret = loop {
+        let out = cluster.kubectl(
+            &[
+                "get",
+                "sa",
+                sa,
+                "-n",
+                ns,
+                "-o",
+                "jsonpath={.secrets[0].name}",
+            ],
+            None,
+        );
+        if !out.is_empty() {
+            break out;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no token for sa/{sa} in {ns}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let b64 = cluster.kubectl(
+        &[
+            "get",
+            "secret",
+            &secret,
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.data.token}",
+        ],
+        None,
+    );
+    let mut c = Command::new("base64");
+    c.arg("-d");
+    let token = ok(c, Some(&b64));
+    let admin: Value =
+        serde_json::from_str(&cluster.kubectl(&["config", "view", "--raw", "-o", "json"], None))
+            .unwrap();
+    let kc = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": admin["clusters"][0]["cluster"]}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": ns}}],
+        "current-context": "sa",
+    });
+    let p = cluster.dir.path().join(format!("sa-{ns}-{sa}.kubeconfig"));
+    std::fs::write(&p, serde_json::to_string(&kc).unwrap()).unwrap();
+    p
+}
+
+/// `kubectl auth can-i ARGS` as the identity of kubeconfig `kc`.
+fn can_i(cluster: &Cluster, kc: &Path, args: &[&str]) -> bool {
+    let mut a = vec!["auth", "can-i"];
+    a.extend_from_slice(args);
+    let out = run(cluster.kubectl_as(kc, &a), None);
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(said == "yes" || said == "no", "can-i {args:?}: {said}");
+    said == "yes"
+}
+
 fn rbac_end_to_end(cluster: &Cluster) {
     let ns = "cleave-e2e";
     let rendered = template(ns, &[]);
@@ -1213,72 +1575,9 @@ fn rbac_end_to_end(cluster: &Cluster) {
     let rendered = template(stream_ns, &["-f", &ci_values("sidecar-stream-values.yaml")]);
     cluster.kubectl(&["apply", "-n", stream_ns, "-f", "-"], Some(&rendered));
 
-    let token = |ns: &str| -> String {
-        // 1.20's token controller writes a legacy token Secret for each ServiceAccount.
-        let t = Instant::now();
-        let secret = loop {
-            let out = cluster.kubectl(
-                &[
-                    "get",
-                    "sa",
-                    "cleave",
-                    "-n",
-                    ns,
-                    "-o",
-                    "jsonpath={.secrets[0].name}",
-                ],
-                None,
-            );
-            if !out.is_empty() {
-                break out;
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "no token for sa/cleave"
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        };
-        let b64 = cluster.kubectl(
-            &[
-                "get",
-                "secret",
-                &secret,
-                "-n",
-                ns,
-                "-o",
-                "jsonpath={.data.token}",
-            ],
-            None,
-        );
-        let mut c = Command::new("base64");
-        c.arg("-d");
-        ok(c, Some(&b64))
-    };
-    let admin: Value =
-        serde_json::from_str(&cluster.kubectl(&["config", "view", "--raw", "-o", "json"], None))
-            .unwrap();
-    let sa_kubeconfig = |ns: &str| -> PathBuf {
-        let kc = json!({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "c", "cluster": admin["clusters"][0]["cluster"]}],
-            "users": [{"name": "sa", "user": {"token": token(ns)}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": ns}}],
-            "current-context": "sa",
-        });
-        let p = cluster.dir.path().join(format!("sa-{ns}.kubeconfig"));
-        std::fs::write(&p, serde_json::to_string(&kc).unwrap()).unwrap();
-        p
-    };
-    let sa = sa_kubeconfig(ns);
-    let sa_stream = sa_kubeconfig(stream_ns);
-    let can_i = |kc: &Path, args: &[&str]| -> bool {
-        let mut a = vec!["auth", "can-i"];
-        a.extend_from_slice(args);
-        let out = run(cluster.kubectl_as(kc, &a), None);
-        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert!(said == "yes" || said == "no", "can-i {args:?}: {said}");
-        said == "yes"
-    };
+    let sa = sa_kubeconfig(cluster, ns, "cleave");
+    let sa_stream = sa_kubeconfig(cluster, stream_ns, "cleave");
+    let can_i = |kc: &Path, args: &[&str]| can_i(cluster, kc, args);
     for (args, want) in [
         (&["list", "anticompactionjobs.cleave.dev"][..], true),
         (&["watch", "rangestreams.cleave.dev"], true),
@@ -1347,7 +1646,7 @@ fn rbac_end_to_end(cluster: &Cluster) {
     cluster.kubectl(&["create", "namespace", cw_ns], None);
     let rendered = template(cw_ns, &["-f", &ci_values("all-features-values.yaml")]);
     cluster.kubectl(&["apply", "-n", cw_ns, "-f", "-"], Some(&rendered));
-    let sa_cw = sa_kubeconfig(cw_ns);
+    let sa_cw = sa_kubeconfig(cluster, cw_ns, "cleave");
     for (args, want) in [
         (&["list", "anticompactionjobs.cleave.dev", "-A"][..], true),
         (&["watch", "rangestreams.cleave.dev", "-n", "default"], true),
@@ -1606,6 +1905,561 @@ fn rbac_end_to_end(cluster: &Cluster) {
         !log_text.contains("code: 403") && !log_text.to_lowercase().contains("forbidden"),
         "cleave run hit a permission error under the chart's RBAC:\n{log_text}"
     );
+}
+
+/// The Lease `cleave-cluster-leader` of namespace `ns`: its spec, or `None`.
+fn leader_lease(cluster: &Cluster, ns: &str) -> Option<Value> {
+    let out = cluster.output(&[
+        "get",
+        "leases.coordination.k8s.io",
+        "cleave-cluster-leader",
+        "-n",
+        ns,
+        "-o",
+        "json",
+    ]);
+    out.status
+        .success()
+        .then(|| serde_json::from_slice::<Value>(&out.stdout).unwrap()["spec"].clone())
+}
+
+/// The chart's own `cleave run --cluster` line from the Deployment in `rendered`, run as a
+/// process with kubeconfig `kc` (a ServiceAccount's token) as pod `pod`; its metrics port.
+fn run_cluster_part(
+    cluster: &Cluster,
+    rendered: &str,
+    ns: &str,
+    kc: &Path,
+    pod: &str,
+) -> (KillOnDrop, u16, PathBuf) {
+    let docs = yaml_docs(rendered);
+    let dep = find(&docs, "Deployment")[0];
+    let args: Vec<String> = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert!(args.iter().any(|a| a == "--cluster"), "{args:?}");
+    let help = {
+        let mut c = Command::new(cleave_bin());
+        c.args(["run", "--help"]);
+        ok(c, None)
+    };
+    let port = free_port();
+    let run_args: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let flag = a.split('=').next().unwrap();
+            assert!(
+                a == "run"
+                    || help.contains(&format!("{flag} "))
+                    || help.contains(&format!("{flag}="))
+                    || help.contains(&format!("{flag}\n")),
+                "the chart passes {flag}, which `cleave run` does not know"
+            );
+            match flag {
+                "--metrics-addr" => format!("--metrics-addr=127.0.0.1:{port}"),
+                // Kubernetes expands $(VAR) from the container's env.
+                _ => a.replace("$(POD_NAMESPACE)", ns),
+            }
+        })
+        .collect();
+    let log = cluster.dir.path().join(format!("cluster-part-{pod}.log"));
+    eprintln!("cleave {run_args:?} as pod {pod} (its ServiceAccount's token)");
+    let mut cmd = Command::new(cleave_bin());
+    cmd.args(&run_args)
+        .arg("--kubeconfig")
+        .arg(kc)
+        // The pod's env: POD_NAME only (POD_NAMESPACE was expanded into --namespace above,
+        // or is absent cluster-wide).
+        .env("POD_NAME", pod)
+        .env_remove("POD_NAMESPACE")
+        .env_remove("NODE_NAME")
+        .env_remove("CLEAVE_MANAGEMENT_API")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let p = KillOnDrop(cmd.spawn().unwrap());
+    let t = Instant::now();
+    while http_get(port, "/readyz").is_none_or(|r| !r.starts_with("HTTP/1.1 200")) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "`cleave run --cluster` with the chart's ServiceAccount never led and listed:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    (p, port, log)
+}
+
+/// SIGTERM, then its exit status (it hands the Lease back first).
+fn sigterm(p: &mut KillOnDrop) -> std::process::ExitStatus {
+    let mut k = Command::new("kill");
+    k.args(["-TERM", &p.0.id().to_string()]);
+    ok(k, None);
+    let t = Instant::now();
+    loop {
+        if let Some(s) = p.0.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// [`Cluster::wait`], with the process's log in the message when it times out.
+fn wait_logged<T>(
+    log: &Path,
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            t.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}; `cleave run --cluster` said:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn no_refusal_in(log: &Path) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(
+        !text.contains("code: 403") && !text.to_lowercase().contains("forbidden"),
+        "`cleave run --cluster` hit a permission error under the chart's RBAC:\n{text}"
+    );
+}
+
+/// The cluster part on the apiserver. Its ServiceAccount may do what `cleave run --cluster`
+/// does and no more (`kubectl auth can-i`, namespaced and cluster-wide); the sidecars'
+/// ServiceAccount gets none of it. And enough: the chart's own `run --cluster` line, run with
+/// that ServiceAccount's token, takes the Lease, reconciles a DatacenterCleanup (finalizer,
+/// status, a CleanupJob, Events, a CassandraTask rack restart once the rack is staged), makes
+/// one for a finished scale-up of an opted-in CassandraDatacenter, withdraws on delete, renews
+/// and hands back its Lease, without one refusal; cluster-wide, from another namespace, with
+/// its Lease in `default`.
+fn cluster_part_end_to_end(cluster: &Cluster, third_party: &Path) {
+    let t0 = Instant::now();
+    let tasks_crd = third_party.join("cass-operator/control.k8ssandra.io_cassandratasks.yaml");
+    cluster.kubectl(
+        &["apply", "--server-side", "-f", tasks_crd.to_str().unwrap()],
+        None,
+    );
+    cluster.kubectl(
+        &[
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=60s",
+            "crd/cassandratasks.control.k8ssandra.io",
+        ],
+        None,
+    );
+    let ns = "cleave-e2e-cluster";
+    let cw_ns = "cleave-e2e-cluster-cw";
+    for n in [ns, cw_ns] {
+        cluster.kubectl(&["create", "namespace", n], None);
+    }
+    let rendered = template(ns, &["--set", "cluster.enabled=true"]);
+    cluster.kubectl(&["apply", "-n", ns, "-f", "-"], Some(&rendered));
+    // Another release name: its ClusterRoles must not replace those of `cleave` (above).
+    let rendered_cw = template(
+        cw_ns,
+        &[
+            "--set",
+            "cluster.enabled=true,rbac.clusterWide=true,fullnameOverride=cleave-cw",
+        ],
+    );
+    cluster.kubectl(&["apply", "-f", "-"], Some(&rendered_cw));
+    let sa = sa_kubeconfig(cluster, ns, "cleave-cluster");
+    let sa_cw = sa_kubeconfig(cluster, cw_ns, "cleave-cw-cluster");
+    let sidecar = sa_kubeconfig(cluster, ns, "cleave");
+
+    let dcc = "datacentercleanups.cleave.dev";
+    let clj = "cleanupjobs.cleave.dev";
+    let cassdc = "cassandradatacenters.cassandra.datastax.com";
+    let task = "cassandratasks.control.k8ssandra.io";
+    let lease = "leases.coordination.k8s.io/cleave-cluster-leader";
+    let ev = "events.events.k8s.io";
+    let status = "--subresource=status";
+    let fins = "--subresource=finalizers";
+    for (args, want) in [
+        (&["list", dcc][..], true),
+        (&["watch", dcc], true),
+        (&["create", dcc], true),
+        (&["patch", dcc], true),
+        (&["get", dcc], false),
+        (&["update", dcc], false),
+        (&["delete", dcc], false),
+        (&["patch", dcc, status], true),
+        (&["update", dcc, status], false),
+        (&["get", dcc, status], false),
+        (&["update", dcc, fins], true),
+        (&["list", clj], true),
+        (&["watch", clj], true),
+        (&["create", clj], true),
+        (&["delete", clj], true),
+        (&["get", clj], false),
+        (&["patch", clj], false),
+        (&["update", clj], false),
+        (&["patch", clj, status], false),
+        (&["update", clj, status], false),
+        (&["list", "anticompactionjobs.cleave.dev"], false),
+        (&["list", "rangestreams.cleave.dev"], false),
+        (&["list", "pods"], true),
+        (&["get", "pods"], false),
+        (&["watch", "pods"], false),
+        (&["create", "pods"], false),
+        (&["delete", "pods"], false),
+        (&["patch", "pods"], false),
+        (&["create", "pods", "--subresource=exec"], false),
+        (&["get", cassdc], true),
+        (&["list", cassdc], true),
+        (&["watch", cassdc], true),
+        (&["patch", cassdc], false),
+        (&["update", cassdc], false),
+        (&["delete", cassdc], false),
+        (&["get", task], true),
+        (&["create", task], true),
+        (&["list", task], false),
+        (&["delete", task], false),
+        (&["patch", task], false),
+        (&["create", ev], true),
+        (&["patch", ev], true),
+        (&["create", "events"], false),
+        (&["create", "leases.coordination.k8s.io"], true),
+        (&["get", lease], true),
+        (&["update", lease], true),
+        (&["patch", lease], false),
+        (&["delete", lease], false),
+        (&["get", "leases.coordination.k8s.io/other"], false),
+        (&["update", "leases.coordination.k8s.io/other"], false),
+        (&["list", "leases.coordination.k8s.io"], false),
+        (
+            &[
+                "update",
+                "leases.coordination.k8s.io/kube-controller-manager",
+                "-n",
+                "kube-system",
+            ],
+            false,
+        ),
+        (&["get", "secrets"], false),
+        (&["list", "secrets"], false),
+        (&["get", "configmaps"], false),
+        (&["create", "deployments.apps"], false),
+        (&["patch", "statefulsets.apps"], false),
+        (&["list", "nodes"], false),
+        // Namespaced: nothing in another namespace.
+        (&["list", dcc, "-n", "default"], false),
+        (&["list", "pods", "-n", "default"], false),
+        (&["create", task, "-n", "default"], false),
+        (
+            &["create", "leases.coordination.k8s.io", "-n", "default"],
+            false,
+        ),
+    ] {
+        assert_eq!(
+            can_i(cluster, &sa, args),
+            want,
+            "cluster part (namespaced): can-i {args:?}"
+        );
+    }
+    for (args, want) in [
+        (&["list", dcc, "-A"][..], true),
+        (&["create", clj, "-n", "default"], true),
+        (&["list", "pods", "-A"], true),
+        (&["get", "pods", "-A"], false),
+        (&["get", cassdc, "-n", "default"], true),
+        (&["create", task, "-n", "default"], true),
+        (&["create", ev, "-n", "default"], true),
+        (&["update", dcc, status, "-A"], false),
+        (&["delete", "pods", "-A"], false),
+        (&["list", "secrets", "-A"], false),
+        // The Lease: in `default` only, by name.
+        (&["get", lease, "-n", "default"], true),
+        (&["update", lease, "-n", "default"], true),
+        (
+            &["create", "leases.coordination.k8s.io", "-n", "default"],
+            true,
+        ),
+        (&["get", lease, "-n", cw_ns], false),
+        (&["list", "leases.coordination.k8s.io", "-A"], false),
+        (
+            &["create", "leases.coordination.k8s.io", "-n", "kube-system"],
+            false,
+        ),
+        (
+            &[
+                "update",
+                "leases.coordination.k8s.io/kube-controller-manager",
+                "-n",
+                "kube-system",
+            ],
+            false,
+        ),
+    ] {
+        assert_eq!(
+            can_i(cluster, &sa_cw, args),
+            want,
+            "cluster part (cluster-wide): can-i {args:?}"
+        );
+    }
+    // The sidecars' identity in the same release gets none of it.
+    for args in [
+        &["create", task][..],
+        &["list", "pods"],
+        &["create", clj],
+        &["list", dcc],
+        &["get", lease],
+        &["create", "leases.coordination.k8s.io"],
+    ] {
+        assert!(
+            !can_i(cluster, &sidecar, args),
+            "the sidecars' ServiceAccount: can-i {args:?}"
+        );
+    }
+
+    // Enough: a cass-operator datacenter (one rack, one pod: no kubelet, the pod never runs)
+    // and a DatacenterCleanup with rack restarts.
+    cluster.wait("sa/default", Duration::from_secs(60), || {
+        cluster
+            .output(&["get", "sa", "default", "-n", ns])
+            .status
+            .success()
+            .then_some(())
+    });
+    cluster.kubectl(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: cassandra.datastax.com/v1beta1\nkind: CassandraDatacenter\nmetadata: {{name: dc1, namespace: {ns}}}\nspec:\n  clusterName: cluster1\n  serverType: cassandra\n  serverVersion: \"4.1.5\"\n  size: 1\n  storageConfig: {{cassandraDataVolumeClaimSpec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}}}\n  racks: [{{name: r1}}]\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: cluster1-dc1-r1-sts-0\n  namespace: {ns}\n  labels: {{cassandra.datastax.com/datacenter: dc1, cassandra.datastax.com/rack: r1}}\nspec:\n  containers: [{{name: cassandra, image: registry.example.com/cassandra:4.1.5}}]\n"
+        )),
+    );
+    let pod = "cleave-cluster-5c9d-x7k2p";
+    let (mut p, port, log) = run_cluster_part(cluster, &rendered, ns, &sa, pod);
+    let held = leader_lease(cluster, ns).expect("the Lease was created");
+    assert_eq!(held["holderIdentity"], pod, "{held}");
+    let metrics = http_get(port, "/metrics").unwrap_or_default();
+    assert!(metrics.lines().any(|l| l == "cleave_ready 1"), "{metrics}");
+    cluster.kubectl(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: cleave.dev/v1alpha1\nkind: DatacenterCleanup\nmetadata: {{name: dcc1, namespace: {ns}}}\nspec: {{datacenter: dc1, keyspaces: [ks], restart: CassandraTask}}\n"
+        )),
+    );
+    let get = |kind: &str, name: &str| -> Option<Value> {
+        let out = cluster.output(&["get", kind, name, "-n", ns, "-o", "json"]);
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).unwrap())
+    };
+    let jobs_of = |uid: &str| -> Vec<Value> {
+        let v: Value = serde_json::from_str(&cluster.kubectl(
+            &[
+                "get",
+                clj,
+                "-n",
+                ns,
+                "-l",
+                &format!("cleave.dev/datacenter-cleanup-uid={uid}"),
+                "-o",
+                "json",
+            ],
+            None,
+        ))
+        .unwrap();
+        v["items"].as_array().unwrap().clone()
+    };
+    let uid = get(dcc, "dcc1").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let job = wait_logged(&log, "dcc1's CleanupJob", Duration::from_secs(60), || {
+        jobs_of(&uid).into_iter().next()
+    });
+    assert_eq!(job["spec"]["nodeName"], "cluster1-dc1-r1-sts-0", "{job}");
+    assert_eq!(job["metadata"]["ownerReferences"][0]["name"], "dcc1");
+    let d = wait_logged(
+        &log,
+        "dcc1 Running with its finalizer",
+        Duration::from_secs(60),
+        || {
+            get(dcc, "dcc1").filter(|d| {
+                d["status"]["phase"] == "Running"
+                    && d["metadata"]["finalizers"]
+                        .as_array()
+                        .is_some_and(|f| f.iter().any(|f| f == "cleave.dev/datacenter-cleanup"))
+            })
+        },
+    );
+    assert_eq!(d["status"]["nodes"]["total"], 1, "{d}");
+    // The node's sidecar would stage it; here the test says so.
+    cluster.kubectl(
+        &[
+            "patch",
+            clj,
+            job["metadata"]["name"].as_str().unwrap(),
+            "-n",
+            ns,
+            status,
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"AwaitingRestart"}}"#,
+        ],
+        None,
+    );
+    let t = wait_logged(&log, "the rack restart", Duration::from_secs(60), || {
+        get(task, "dcc1-restart-r1")
+    });
+    assert_eq!(t["spec"]["jobs"][0]["command"], "restart", "{t}");
+    assert_eq!(t["spec"]["jobs"][0]["args"]["rack"], "r1", "{t}");
+    wait_logged(&log, "dcc1's Events", Duration::from_secs(30), || {
+        let v: Value =
+            serde_json::from_str(&cluster.kubectl(&["get", ev, "-n", ns, "-o", "json"], None))
+                .unwrap();
+        let reasons: BTreeSet<String> = v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["regarding"]["name"] == "dcc1")
+            .filter_map(|e| e["reason"].as_str().map(str::to_string))
+            .collect();
+        (reasons.contains("NodesStarted") && reasons.contains("RackRestart")).then_some(())
+    });
+    // A finished scale-up of an opted-in datacenter: a DatacenterCleanup of its own.
+    cluster.kubectl(
+        &[
+            "label",
+            cassdc,
+            "dc1",
+            "-n",
+            ns,
+            "cleave.dev/cleanup-after-scale-up=true",
+        ],
+        None,
+    );
+    cluster.kubectl(
+        &[
+            "annotate",
+            cassdc,
+            "dc1",
+            "-n",
+            ns,
+            "cassandra.datastax.com/no-cleanup=true",
+            "cleave.dev/cleanup-keyspaces=ks",
+        ],
+        None,
+    );
+    cluster.kubectl(
+        &[
+            "patch",
+            cassdc,
+            "dc1",
+            "-n",
+            ns,
+            status,
+            "--type=merge",
+            "-p",
+            r#"{"status":{"conditions":[{"type":"ScalingUp","status":"False","lastTransitionTime":"2026-01-01T00:00:00Z","reason":"ScalingUpDone","message":"done"}]}}"#,
+        ],
+        None,
+    );
+    let scale_up = "dc1-scale-up-1767225600";
+    let made = wait_logged(
+        &log,
+        "the scale-up's DatacenterCleanup",
+        Duration::from_secs(60),
+        || get(dcc, scale_up),
+    );
+    assert_eq!(
+        made["metadata"]["ownerReferences"][0]["kind"], "CassandraDatacenter",
+        "{made}"
+    );
+    let scale_up_uid = made["metadata"]["uid"].as_str().unwrap().to_string();
+    wait_logged(
+        &log,
+        "the scale-up's CleanupJob",
+        Duration::from_secs(60),
+        || jobs_of(&scale_up_uid).into_iter().next(),
+    );
+    // Deleted: its CleanupJobs go first (withdrawn), then its finalizer.
+    cluster.kubectl(
+        &[
+            "delete",
+            dcc,
+            "dcc1",
+            "-n",
+            ns,
+            "--wait=true",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    assert!(get(dcc, "dcc1").is_none());
+    assert!(jobs_of(&uid).is_empty(), "dcc1's jobs were deleted");
+    // The Lease was renewed (update) while it led, and it still leads.
+    wait_logged(
+        &log,
+        "a renewal of the Lease",
+        Duration::from_secs(20),
+        || leader_lease(cluster, ns).filter(|l| l["renewTime"] != held["renewTime"]),
+    );
+    assert!(p.0.try_wait().unwrap().is_none(), "it stopped leading");
+    no_refusal_in(&log);
+    // SIGTERM: the Lease is handed back (update), the exit is clean.
+    assert!(sigterm(&mut p).success());
+    let back = leader_lease(cluster, ns).unwrap();
+    assert!(
+        back["holderIdentity"].as_str().unwrap_or("").is_empty(),
+        "the Lease was not handed back: {back}"
+    );
+    no_refusal_in(&log);
+
+    // Cluster-wide, released from namespace cleave-e2e-cluster-cw: its Lease in `default`, and
+    // the scale-up's DatacenterCleanup (namespace cleave-e2e-cluster) withdrawn on delete.
+    // The datacenter opts out first, so that nothing makes it again.
+    cluster.kubectl(
+        &[
+            "label",
+            cassdc,
+            "dc1",
+            "-n",
+            ns,
+            "cleave.dev/cleanup-after-scale-up-",
+        ],
+        None,
+    );
+    let pod = "cleave-cw-cluster-5c9d-q4m8z";
+    let (mut p, _, log) = run_cluster_part(cluster, &rendered_cw, cw_ns, &sa_cw, pod);
+    let held = leader_lease(cluster, "default").expect("the Lease in default");
+    assert_eq!(held["holderIdentity"], pod, "{held}");
+    assert!(leader_lease(cluster, cw_ns).is_none());
+    cluster.kubectl(
+        &[
+            "delete",
+            dcc,
+            scale_up,
+            "-n",
+            ns,
+            "--wait=true",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    assert!(jobs_of(&scale_up_uid).is_empty());
+    no_refusal_in(&log);
+    assert!(sigterm(&mut p).success());
+    no_refusal_in(&log);
+    eprintln!("cluster part e2e in {:?}", t0.elapsed());
 }
 
 /// The two examples that run next to a live Cassandra, run for real by the local

@@ -266,7 +266,7 @@ fn log_controller_error<K: Resource>(
 /// Whether a controller's reflector store has seen its first complete list. Polled with a
 /// timeout in a loop: kube-runtime's readiness cell wakes only the last of several waiters
 /// (the controller's own runner waits on it too), a later poll still sees it ready.
-async fn store_ready<K>(s: &kube::runtime::reflector::Store<K>) -> bool
+pub(crate) async fn store_ready<K>(s: &kube::runtime::reflector::Store<K>) -> bool
 where
     K: kube::runtime::reflector::Lookup + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,

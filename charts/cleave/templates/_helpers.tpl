@@ -282,6 +282,9 @@ only if no process of the node has it open. So: `args` only, never a `command` w
 {{- if and .Values.networkPolicy.enabled (not .Values.daemonset.enabled) (not .Values.networkPolicy.cassandraPodsHavePolicy) }}
 {{- fail "networkPolicy.enabled in the sidecar shape selects the Cassandra pods and would isolate them: allow their ports in your own NetworkPolicy first, then set networkPolicy.cassandraPodsHavePolicy=true (docs/install.md)" }}
 {{- end }}
+{{- if and .Values.cluster.enabled .Values.daemonset.enabled }}
+{{- fail "cluster.enabled needs the sidecar shape: a DatacenterCleanup's CleanupJobs name Cassandra pods (spec.nodeName: <pod name>), and the DaemonSet's cleave executes the jobs of a Kubernetes node; set daemonset.enabled=false or cluster.enabled=false" }}
+{{- end }}
 {{- if and .Values.stream.enabled .Values.stream.secretName }}
 {{- if not (or .Values.stream.token .Values.stream.tls) }}
 {{- fail "stream.secretName with stream.token=false and stream.tls=false: the receiver never accepts unauthenticated transfers; turn on stream.token (key `token`) and/or stream.tls (keys tls.crt, tls.key, ca.crt)" }}
@@ -352,4 +355,51 @@ spec:
         {{- include "cleave.container" (dict "root" . "shape" "sidecar") | nindent 8 }}
       volumes:
         {{- include "cleave.volumes" . | nindent 8 }}
+{{- end }}
+
+{{/*
+The cluster part (`cleave run --cluster`, templates/cluster.yaml). Its pods carry none of
+cleave.selectorLabels: the metrics Service, the monitors and the NetworkPolicy are the node
+sidecars', and a standby replica answers cleave_ready 0 for as long as it stands by (alert
+CleaveNotReady). The Deployment selects on the component label, which no Cassandra pod and no
+DaemonSet pod carries.
+*/}}
+{{- define "cleave.clusterName" -}}
+{{- printf "%s-cluster" (include "cleave.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "cleave.clusterSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "cleave.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: cluster
+{{- end }}
+
+{{- define "cleave.clusterLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "cleave.clusterSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "cleave.clusterServiceAccountName" -}}
+{{- if .Values.cluster.serviceAccount.create }}
+{{- default (include "cleave.clusterName" .) .Values.cluster.serviceAccount.name }}
+{{- else }}
+{{- required "cluster.serviceAccount.name is required when cluster.serviceAccount.create=false" .Values.cluster.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Lease the replicas elect their leader with (`--leader-lease`), the one name the Role's
+resourceNames grant. One name for every release: two releases watching one namespace must
+not both lead there.
+*/}}
+{{- define "cleave.leaderLease" -}}cleave-cluster-leader{{- end }}
+
+{{/*
+Where that Lease lives: `cleave run --cluster` keeps it in --namespace, and without
+--namespace (rbac.clusterWide: every namespace watched) in `default`.
+*/}}
+{{- define "cleave.leaderNamespace" -}}
+{{- ternary "default" .Release.Namespace .Values.rbac.clusterWide }}
 {{- end }}

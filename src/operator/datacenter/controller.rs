@@ -587,7 +587,9 @@ pub async fn run(
     let store = c.store();
     let m = metrics.clone();
     tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
+        // Not `store.wait_until_ready()` alone: its cell wakes only the last of its waiters,
+        // and the controller's runner waits on it too (the leader never became ready).
+        if crate::operator::controller::store_ready(&store).await {
             info!("DatacenterCleanups listed: ready");
             m.ready.store(true, std::sync::atomic::Ordering::Relaxed);
         }
