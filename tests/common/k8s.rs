@@ -77,7 +77,7 @@ impl Cluster {
         Cluster { dir, kubeconfig }
     }
 
-    /// Applies cleave's CRDs (`crds/`) and waits until all three are established.
+    /// Applies cleave's CRDs (`crds/`) and waits until all four are established.
     pub fn apply_crds(&self) {
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/cleave.dev.yaml");
         self.ok(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
@@ -89,6 +89,7 @@ impl Cluster {
             "crd/anticompactionjobs.cleave.dev",
             "crd/rangestreams.cleave.dev",
             "crd/cleanupjobs.cleave.dev",
+            "crd/datacentercleanups.cleave.dev",
         ]);
     }
 
@@ -220,10 +221,21 @@ impl Sidecar {
 
     /// [`Sidecar::spawn`] with more flags (e.g. `--management-api URL`).
     pub fn spawn_with(c: &Cluster, data: &Path, env: &[(&str, &str)], args: &[&str]) -> Sidecar {
+        Sidecar::spawn_node(c, "n1", data, env, args)
+    }
+
+    /// [`Sidecar::spawn_with`] for node `node` (`--node`) instead of `n1`.
+    pub fn spawn_node(
+        c: &Cluster,
+        node: &str,
+        data: &Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Sidecar {
         let port = super::free_port();
         let log = c.dir.path().join(format!("sidecar-{port}.log"));
         let mut cmd = Command::new(super::cleave_bin());
-        cmd.args(["run", "--node", "n1", "--namespace", "default"])
+        cmd.args(["run", "--node", node, "--namespace", "default"])
             .arg("--kubeconfig")
             .arg(&c.kubeconfig)
             .arg("--data-dir")
@@ -251,11 +263,27 @@ impl Sidecar {
 
     /// [`Sidecar::start`] with more flags.
     pub fn start_with(c: &Cluster, data: &Path, env: &[(&str, &str)], args: &[&str]) -> Sidecar {
-        let s = Sidecar::spawn_with(c, data, env, args);
-        c.wait("readyz", Duration::from_secs(60), || {
-            super::http_get(s.port, "/readyz").filter(|r| r.starts_with("HTTP/1.1 200"))
-        });
+        Sidecar::start_node(c, "n1", data, env, args)
+    }
+
+    /// [`Sidecar::start_with`] for node `node` (`--node`) instead of `n1`.
+    pub fn start_node(
+        c: &Cluster,
+        node: &str,
+        data: &Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Sidecar {
+        let s = Sidecar::spawn_node(c, node, data, env, args);
+        s.wait_ready(c);
         s
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub fn wait_ready(&self, c: &Cluster) {
+        c.wait("readyz", Duration::from_secs(60), || {
+            super::http_get(self.port, "/readyz").filter(|r| r.starts_with("HTTP/1.1 200"))
+        });
     }
 
     pub fn log(&self) -> String {

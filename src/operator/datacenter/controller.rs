@@ -430,7 +430,13 @@ async fn apply(dcc: Arc<DatacenterCleanup>, ctx: Arc<ClusterCtx>) -> Result<Acti
         Ok(w) => w,
         Err(why) => return fail(&ctx, &dcc, prev, Reason::DatacenterNotFound, why, &now).await,
     };
-    let step = decide::step(&dcc.spec, &prev, &world, dcc.metadata.generation, &now);
+    let mut step = decide::step(&dcc.spec, &prev, &world, dcc.metadata.generation, &now);
+    // The step knows each rack's task by its suffix; the status names the task itself.
+    for r in &mut step.status.racks {
+        if r.restart_task.is_some() {
+            r.restart_task = Some(task_name(&dcc.name_any(), &r.name));
+        }
+    }
     let jobs: Api<CleanupJob> = Api::namespaced(ctx.client.clone(), &ns);
     for name in &step.retry {
         info!(job = %name, "a CleanupJob refused a changing ring; the ring is stable: made again");

@@ -200,14 +200,25 @@ pub fn step(
         _ => None,
     });
     // A rack is done when nothing more happens there: every node published, or (no restart
-    // asked) staged for whatever restarts it next, or failed under `Continue`.
+    // asked) staged for whatever restarts it next, or failed under `Continue`; and its
+    // restart task, if it has one, is complete: each pod publishes (apply-pending, its init
+    // container) before its Cassandra is back, so its jobs are Complete while cass-operator
+    // still restarts the rack, and the next rack must not start (nor restart) meanwhile.
+    let restarting = |rack: &str| {
+        spec.restart == RackRestart::CassandraTask
+            && matches!(
+                world.tasks.get(rack),
+                Some(TaskState::Running | TaskState::Failed(_))
+            )
+    };
     let rack_done = |rack: &str| {
-        states.iter().filter(|s| s.0 == rack).all(|s| match &s.2 {
-            NodeState::Published => true,
-            NodeState::Staged => spec.restart == RackRestart::None,
-            NodeState::Failed { .. } => spec.failure_policy == FailurePolicy::Continue,
-            _ => false,
-        })
+        !restarting(rack)
+            && states.iter().filter(|s| s.0 == rack).all(|s| match &s.2 {
+                NodeState::Published => true,
+                NodeState::Staged => spec.restart == RackRestart::None,
+                NodeState::Failed { .. } => spec.failure_policy == FailurePolicy::Continue,
+                _ => false,
+            })
     };
     let stop = first_failed.is_some() && spec.failure_policy == FailurePolicy::StopBeforeNextRack;
     let current = world.racks.iter().find(|(r, _)| !rack_done(r));
@@ -545,6 +556,32 @@ mod tests {
         w.jobs.clear();
         let st = run(&spec(RackRestart::None, 1), &w);
         assert_eq!(st.create, vec![("a1".into(), "ks".into())]);
+    }
+
+    #[test]
+    fn datacenter_a_published_rack_waits_for_its_restart_task() {
+        let mut w = world();
+        w.jobs = vec![
+            job("a1", Phase::Complete, None),
+            job("a2", Phase::Complete, None),
+        ];
+        w.tasks.insert("r1".into(), TaskState::Running);
+        let s = spec(RackRestart::CassandraTask, 1);
+        let st = run(&s, &w);
+        assert!(st.create.is_empty() && st.restart.is_none(), "{st:?}");
+        assert_eq!(st.status.current_rack.as_deref(), Some("r1"));
+        assert_eq!(st.status.racks[0].state, "Restarting");
+        w.tasks.insert(
+            "r1".into(),
+            TaskState::Failed("pod a2 did not start".into()),
+        );
+        let st = run(&s, &w);
+        assert!(st.create.is_empty(), "{:?}", st.create);
+        assert_eq!(st.status.phase, Some(Phase::Failed));
+        assert_eq!(st.status.reason.as_deref(), Some("RestartFailed"));
+        w.tasks.insert("r1".into(), TaskState::Complete);
+        let st = run(&s, &w);
+        assert_eq!(st.create, vec![("b1".into(), "ks".into())]);
     }
 
     #[test]
