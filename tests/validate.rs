@@ -162,6 +162,20 @@ fn bases(kind: &str) -> Vec<Value> {
             ring["ownership"] = json!("ManagementApi");
             vec![ranges, ring]
         }
+        "DatacenterCleanup" => {
+            let common = json!({
+                "keyspaces": ["ks"], "tables": ["t1"], "maxConcurrentNodes": 2,
+                "failurePolicy": "Continue", "dataDirectory": "/var/lib/cassandra/data",
+                "parallelism": 1, "maxBytesPerSecond": 1000, "targetCassandra": "4.1",
+            });
+            let mut by_dc = common.clone();
+            by_dc["datacenter"] = json!("dc1");
+            by_dc["restart"] = json!("CassandraTask");
+            let mut by_pods = common;
+            by_pods["podSelector"] = json!({"app": "cassandra"});
+            by_pods["restart"] = json!("None");
+            vec![by_dc, by_pods]
+        }
         _ => unreachable!("{kind}"),
     }
 }
@@ -517,6 +531,15 @@ fn composite_cases() -> Vec<Composite> {
         },
         "spec.destination",
     ));
+    // Both ways of naming the nodes at once.
+    v.push((
+        "DatacenterCleanup /oneOf".into(),
+        0,
+        |s| {
+            s["podSelector"] = json!({"app": "cassandra"});
+        },
+        "spec.podSelector",
+    ));
     v.push((
         "CleanupJob /oneOf".into(),
         1,
@@ -560,6 +583,7 @@ fn every_crd_schema_constraint_has_a_case_validate_reports_with_its_field() {
             "AnticompactionJob" => "AnticompactionJob",
             "RangeStream" => "RangeStream",
             "CleanupJob" => "CleanupJob",
+            "DatacenterCleanup" => "DatacenterCleanup",
             k => panic!("a kind without bases: {k}"),
         };
         let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
@@ -574,7 +598,12 @@ fn every_crd_schema_constraint_has_a_case_validate_reports_with_its_field() {
     }
     // Each base is valid: a case's problem is its own.
     let d = tempfile::tempdir().unwrap();
-    for kind in ["AnticompactionJob", "RangeStream", "CleanupJob"] {
+    for kind in [
+        "AnticompactionJob",
+        "RangeStream",
+        "CleanupJob",
+        "DatacenterCleanup",
+    ] {
         for (i, b) in bases(kind).iter().enumerate() {
             let f = d.path().join(format!("base-{kind}-{i}.yaml"));
             std::fs::write(&f, manifest(kind, "base", b)).unwrap();
@@ -595,6 +624,7 @@ fn every_crd_schema_constraint_has_a_case_validate_reports_with_its_field() {
         let kind = match key.split_once(' ').unwrap().0 {
             "AnticompactionJob" => "AnticompactionJob",
             "RangeStream" => "RangeStream",
+            "DatacenterCleanup" => "DatacenterCleanup",
             _ => "CleanupJob",
         };
         let mut spec = bases(kind)[base].clone();

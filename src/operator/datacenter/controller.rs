@@ -145,6 +145,12 @@ async fn topology(
                 .then(|| format!("CassandraDatacenter {dc}: {} is True", ring.join(", ")));
             (format!("{DC_LABEL}={dc}"), order, ring)
         }
+        (None, Some(sel)) if sel.is_empty() => {
+            return Ok(Err(
+                "spec.podSelector names no label: it would select every pod of the namespace"
+                    .into(),
+            ))
+        }
         (None, Some(sel)) => (
             sel.iter()
                 .map(|(k, v)| format!("{k}={v}"))
