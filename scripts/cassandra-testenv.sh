@@ -29,6 +29,10 @@
 #                                   $CLEAVE_CACHE/cassandra/
 #   CLEAVE_CASSANDRA_HEAP           node heap (default 768m)
 #   CLEAVE_CASSANDRA_START_TIMEOUT  seconds to wait for CQL (default 240)
+#   CLEAVE_CASSANDRA_RING_DELAY_MS  cassandra.ring_delay_ms (default 1000: a lone node starts
+#                                   fast). A node that joins a cluster with data needs more (10000):
+#                                   with 1 s it bootstraps before its peer is seen up and the
+#                                   schema pulled, and streams nothing (seen on 5.0.9)
 #
 # `start` writes DIR/cassandra.yaml, DIR/cassandra.env (VERSION, CQL_HOST, CQL_PORT, JMX_PORT,
 # STORAGE_PORT, PID, DATA_DIR, JAVA, LOG; sourceable) and DIR/node.log. With --owner-pid the node
@@ -266,7 +270,8 @@ jvm_opts() {
       # memtable and prepared-statement sizes; 5.0 does not start without it.
       f+=("-Xms$heap" "-Xmx$heap" -ea "-da:net.openhft..." "-javaagent:$(jamm_of "$v")"
         -Dcassandra-foreground=yes -Dcassandra.skip_wait_for_gossip_to_settle=0
-        -Dcassandra.ring_delay_ms=1000 -Dcassandra.load_ring_state=false) ;;
+        "-Dcassandra.ring_delay_ms=${CLEAVE_CASSANDRA_RING_DELAY_MS:-1000}"
+        -Dcassandra.load_ring_state=false) ;;
     *) die "jvm-opts: kind must be client or server, not $kind" ;;
   esac
   printf '%s\n' "${f[@]}"
