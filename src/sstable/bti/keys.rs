@@ -79,6 +79,34 @@ pub(crate) fn diff_point(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count() + 1
 }
 
+/// How a key whose byte-comparable form starts with `stored` (a prefix the trie keeps for
+/// it) orders against `bound` on the key's first `bound.len()` bytes, or `None` when the
+/// stored prefix is too short to tell (it is a proper prefix of `bound`: only the full
+/// key decides). With `bound` = `0x40 ‖ token bytes`, this is the key's token against a
+/// token, without reading the key.
+///
+/// The trie's prefixes are prefix-free (each is a different leaf), so at most one entry
+/// of a Partitions.db is `None` for any `bound`: a plan that cuts at a token reads at most
+/// one key from Data.db per cut.
+pub fn prefix_order(stored: &[u8], bound: &[u8]) -> Option<std::cmp::Ordering> {
+    if stored.len() >= bound.len() {
+        return Some(stored[..bound.len()].cmp(bound));
+    }
+    match stored.cmp(&bound[..stored.len()]) {
+        std::cmp::Ordering::Equal => None,
+        o => Some(o),
+    }
+}
+
+/// `0x40 ‖ token bytes` of a Murmur3 token: the leading bytes of every byte-comparable
+/// key of that token (`decorated_key`), a `bound` for `prefix_order`.
+pub fn murmur3_token_bound(token: i64) -> [u8; 9] {
+    let mut out = [0u8; 9];
+    out[0] = NEXT_COMPONENT;
+    out[1..].copy_from_slice(&((token as u64) ^ 0x8000_0000_0000_0000).to_be_bytes());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

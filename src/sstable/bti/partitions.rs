@@ -198,6 +198,71 @@ impl<'a> PartitionIndex<'a> {
         }
     }
 
+    /// For each bound, in increasing order (none a proper prefix of a later one: token
+    /// bounds all have one length), the ordinal of the first partition whose key
+    /// sorts after it on the bound's length (`keys::prefix_order`), or the key count when
+    /// none does. With `keys::murmur3_token_bound(t)` that is the first partition of a
+    /// token above `t`: where a split at `t` cuts. One walk of the trie; `full_key` (the
+    /// entry's ordinal and entry, giving its full byte-comparable key, read from Data.db
+    /// or Rows.db) is called only for an entry its stored prefix cannot place, at most
+    /// once per bound, so a plan reads one key per cut instead of every key.
+    pub fn cuts_after(
+        &self,
+        bounds: &[&[u8]],
+        mut full_key: impl FnMut(u64, &PartitionEntry) -> Result<Vec<u8>>,
+    ) -> Result<Vec<u64>> {
+        let mut out = Vec::with_capacity(bounds.len());
+        // Compared on their own lengths, bounds keep their order only if none is a proper
+        // prefix of a later one (`40` would place no key after it, `40 01` most).
+        if bounds
+            .windows(2)
+            .any(|w| w[0] > w[1] || (w[1].len() > w[0].len() && w[1].starts_with(w[0])))
+        {
+            return Err(FormatError::corrupt(
+                self.file,
+                None,
+                "split bounds must increase, none a prefix of a later one".to_string(),
+            ));
+        }
+        let mut entries = self.entries();
+        let mut ordinal = 0u64;
+        while out.len() < bounds.len() {
+            let Some(e) = entries.next().transpose()? else {
+                break;
+            };
+            let mut full: Option<Vec<u8>> = None;
+            while let Some(b) = bounds.get(out.len()) {
+                let order = match keys::prefix_order(&e.prefix, b) {
+                    Some(o) => o,
+                    None => {
+                        if full.is_none() {
+                            full = Some(full_key(ordinal, &e)?);
+                        }
+                        let k = full.as_deref().unwrap_or_default();
+                        if !k.starts_with(&e.prefix) {
+                            return Err(FormatError::corrupt(
+                                self.file,
+                                None,
+                                format!(
+                                    "partition {ordinal}'s key {k:02x?} does not start with its trie prefix {:02x?}",
+                                    e.prefix
+                                ),
+                            ));
+                        }
+                        k[..k.len().min(b.len())].cmp(b)
+                    }
+                };
+                if order != std::cmp::Ordering::Greater {
+                    break;
+                }
+                out.push(ordinal);
+            }
+            ordinal += 1;
+        }
+        out.resize(bounds.len(), self.footer.key_count);
+        Ok(out)
+    }
+
     /// Where the root node ends. Cassandra writes the root last, so in its files this is
     /// `first_key_pos`; a mismatch means trailing garbage in the trie region.
     pub fn root_end(&self) -> Result<u64> {
@@ -510,6 +575,216 @@ mod tests {
             let again = w.finish(Some((&f.first_key, &f.last_key))).unwrap();
             assert_eq!(again, bytes, "{n}");
         }
+    }
+
+    /// xorshift64: a deterministic generator for the randomised tests.
+    fn next(s: &mut u64) -> u64 {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    }
+
+    /// `n` keys in the trie's order as (byte-comparable form, raw key): Murmur3 keys, or
+    /// ByteOrdered ones sharing long prefixes (deep tries, long stored prefixes).
+    fn sorted_keys(partitioner: Partitioner, n: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut keys: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+            .map(|i| {
+                let k = match partitioner {
+                    Partitioner::ByteOrdered => format!("user:{:07}", i * 7 % 1_000_003),
+                    _ => format!("key-{i}"),
+                }
+                .into_bytes();
+                (keys::decorated_key(partitioner, &k).unwrap(), k)
+            })
+            .collect();
+        keys.sort();
+        keys.dedup_by(|a, b| a.0 == b.0);
+        keys
+    }
+
+    /// A child's trie built from its parent's stored prefixes, with only its first and
+    /// last key (and any fillers before them) in full, is byte for byte the trie built
+    /// from every full key: interior keys keep their neighbours, so their prefixes; the
+    /// split needs no key of Data.db but the boundary ones (bti-format.md §1.5).
+    #[test]
+    fn partitions_child_trie_from_parent_prefixes_is_the_full_key_trie() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for partitioner in [Partitioner::Murmur3, Partitioner::ByteOrdered] {
+            let keys = sorted_keys(partitioner, 20_000);
+            let n = keys.len();
+            let pos = |i: usize| IndexPos::Data(i as u64 * 1000);
+            let mut w = PartitionIndexWriter::new(Vec::new());
+            for (i, (c, k)) in keys.iter().enumerate() {
+                w.add(c, keys::hash_byte(k), pos(i)).unwrap();
+            }
+            let parent = w.finish(Some((&keys[0].1, &keys[n - 1].1))).unwrap();
+            let index = PartitionIndex::parse(Path::new("Partitions.db"), &parent).unwrap();
+            let entries: Vec<_> = index.entries().collect::<Result<_>>().unwrap();
+            assert_eq!(entries.len(), n);
+            let mut ranges = vec![(0, n), (0, 1), (n - 1, n), (0, 2), (n - 2, n)];
+            for _ in 0..150 {
+                let a = (next(&mut seed) % n as u64) as usize;
+                let len = match next(&mut seed) % 4 {
+                    0 => 1,
+                    1 => 2,
+                    _ => 1 + (next(&mut seed) % (n - a) as u64) as usize,
+                };
+                ranges.push((a, (a + len).min(n)));
+            }
+            for (a, b) in ranges {
+                // Fillers lead a child and sort before its first key: any earlier keys.
+                let fillers = a.min((next(&mut seed) % 3) as usize);
+                let rebased = |i: usize| IndexPos::Data((i + fillers - a) as u64 * 1000);
+                let first_raw = &keys[a - fillers].1;
+                let last_raw = &keys[b - 1].1;
+                let mut full = PartitionIndexWriter::new(Vec::new());
+                let mut derived = PartitionIndexWriter::new(Vec::new());
+                for (j, (c, k)) in keys[a - fillers..a].iter().enumerate() {
+                    let p = IndexPos::Data(j as u64 * 1000);
+                    full.add(c, keys::hash_byte(k), p).unwrap();
+                    derived.add(c, keys::hash_byte(k), p).unwrap();
+                }
+                for i in a..b {
+                    let (c, k) = &keys[i];
+                    full.add(c, keys::hash_byte(k), rebased(i)).unwrap();
+                    let e = &entries[i];
+                    let stored = if i == a || i == b - 1 { c } else { &e.prefix };
+                    derived.add(stored, e.hash.unwrap(), rebased(i)).unwrap();
+                }
+                let full = full.finish(Some((first_raw, last_raw))).unwrap();
+                let derived = derived.finish(Some((first_raw, last_raw))).unwrap();
+                assert!(
+                    full == derived,
+                    "{partitioner:?} child [{a}, {b}) with {fillers} fillers: the trie from prefixes differs"
+                );
+            }
+        }
+    }
+
+    /// `keys::prefix_order` on every stored prefix agrees with the full key wherever it
+    /// answers, and leaves at most one entry undecided per bound (Murmur3 token bounds
+    /// and truncated keys of both partitioners).
+    #[test]
+    fn partitions_prefix_order_decides_all_but_one_entry() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        for partitioner in [Partitioner::Murmur3, Partitioner::ByteOrdered] {
+            let keys = sorted_keys(partitioner, 5_000);
+            let mut w = PartitionIndexWriter::new(Vec::new());
+            for (i, (c, k)) in keys.iter().enumerate() {
+                w.add(c, keys::hash_byte(k), IndexPos::Data(i as u64))
+                    .unwrap();
+            }
+            let bytes = w
+                .finish(Some((&keys[0].1, &keys[keys.len() - 1].1)))
+                .unwrap();
+            let index = PartitionIndex::parse(Path::new("Partitions.db"), &bytes).unwrap();
+            let entries: Vec<_> = index.entries().collect::<Result<_>>().unwrap();
+            let mut bounds: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..200 {
+                let r = next(&mut seed);
+                if partitioner == Partitioner::Murmur3 && r.is_multiple_of(2) {
+                    bounds.push(keys::murmur3_token_bound(next(&mut seed) as i64).to_vec());
+                } else {
+                    // A key of the table, cut anywhere: bounds equal to a stored prefix,
+                    // inside one, and past a whole key.
+                    let k = &keys[(r % keys.len() as u64) as usize].0;
+                    let cut = 1 + (next(&mut seed) % k.len() as u64) as usize;
+                    bounds.push(k[..cut].to_vec());
+                }
+            }
+            bounds.push(keys::murmur3_token_bound(i64::MIN).to_vec());
+            bounds.push(keys::murmur3_token_bound(i64::MAX).to_vec());
+            let mut undecided_total = 0;
+            for b in &bounds {
+                let mut undecided = 0;
+                for (e, (full, _)) in entries.iter().zip(&keys) {
+                    let truth = full[..full.len().min(b.len())].cmp(b.as_slice());
+                    match keys::prefix_order(&e.prefix, b) {
+                        Some(o) => assert_eq!(o, truth, "{partitioner:?} bound {b:02x?}"),
+                        None => undecided += 1,
+                    }
+                }
+                assert!(
+                    undecided <= 1,
+                    "{partitioner:?} bound {b:02x?}: {undecided}"
+                );
+                undecided_total += undecided;
+            }
+            eprintln!(
+                "{partitioner:?}: {undecided_total} undecided entries over {} bounds",
+                bounds.len()
+            );
+        }
+    }
+
+    /// `cuts_after` finds, for sorted bounds, the first partition after each (as the full
+    /// keys say), asking for at most one full key per bound.
+    #[test]
+    fn partitions_cuts_after_reads_one_key_per_bound_at_most() {
+        let mut seed = 0x1234_5678_9ABC_DEF1u64;
+        for partitioner in [Partitioner::Murmur3, Partitioner::ByteOrdered] {
+            let keys = sorted_keys(partitioner, 8_000);
+            let mut w = PartitionIndexWriter::new(Vec::new());
+            for (i, (c, k)) in keys.iter().enumerate() {
+                w.add(c, keys::hash_byte(k), IndexPos::Data(i as u64))
+                    .unwrap();
+            }
+            let bytes = w
+                .finish(Some((&keys[0].1, &keys[keys.len() - 1].1)))
+                .unwrap();
+            let index = PartitionIndex::parse(Path::new("Partitions.db"), &bytes).unwrap();
+            for round in 0..40 {
+                let mut bounds: Vec<Vec<u8>> = (0..1 + round % 9)
+                    .map(|_| {
+                        let r = next(&mut seed);
+                        if partitioner == Partitioner::Murmur3 && r.is_multiple_of(2) {
+                            keys::murmur3_token_bound(next(&mut seed) as i64).to_vec()
+                        } else {
+                            let k = &keys[(r % keys.len() as u64) as usize].0;
+                            let cut = 1 + (next(&mut seed) % k.len() as u64) as usize;
+                            k[..cut].to_vec()
+                        }
+                    })
+                    .collect();
+                if round == 0 {
+                    bounds = vec![vec![0x00], vec![0xFF; 12]];
+                }
+                bounds.sort();
+                bounds.dedup_by(|later, earlier| later.starts_with(earlier));
+                let refs: Vec<&[u8]> = bounds.iter().map(|b| b.as_slice()).collect();
+                let mut asked = 0;
+                let got = index
+                    .cuts_after(&refs, |i, e| {
+                        asked += 1;
+                        assert!(keys[i as usize].0.starts_with(&e.prefix));
+                        Ok(keys[i as usize].0.clone())
+                    })
+                    .unwrap();
+                let want: Vec<u64> = bounds
+                    .iter()
+                    .map(|b| {
+                        keys.iter()
+                            .position(|(c, _)| c[..c.len().min(b.len())] > b[..])
+                            .unwrap_or(keys.len()) as u64
+                    })
+                    .collect();
+                assert_eq!(got, want, "{partitioner:?} bounds {bounds:02x?}");
+                assert!(
+                    asked <= bounds.len(),
+                    "{asked} keys for {} bounds",
+                    bounds.len()
+                );
+            }
+        }
+        let (bytes, _) = build(10);
+        let index = PartitionIndex::parse(Path::new("Partitions.db"), &bytes).unwrap();
+        assert!(index
+            .cuts_after(&[&[2u8][..], &[1u8][..]], |_, _| Ok(Vec::new()))
+            .is_err());
+        assert!(index
+            .cuts_after(&[&[0x40u8][..], &[0x40u8, 1][..]], |_, _| Ok(Vec::new()))
+            .is_err());
     }
 
     fn walk_all(bytes: &[u8]) -> Result<usize> {
