@@ -11,7 +11,7 @@ use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event as KEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -19,9 +19,10 @@ use tracing::{info, warn};
 
 use super::crd::{DatacenterCleanup, DatacenterCleanupStatus};
 use super::decide::{self, ChildJob, TaskState, World};
+use crate::operator::controller::publish_event;
 use crate::operator::crd::{CleanupJob, CleanupJobSpec, Ownership};
 use crate::operator::metrics::Metrics;
-use crate::operator::status::Phase;
+use crate::operator::status::{EventType, Phase};
 use crate::reason::Reason;
 use crate::split::publish::Publish;
 
@@ -333,20 +334,21 @@ async fn event(
     reason: &str,
     note: String,
 ) {
-    let ev = KEvent {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.into(),
-        note: Some(note.chars().take(1024).collect()),
-        action: "DatacenterCleanup".into(),
-        secondary: None,
+    let type_ = if warning {
+        EventType::Warning
+    } else {
+        EventType::Normal
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &dcc.object_ref(&())).await {
-        warn!(error = %e, "publishing an Event failed");
-    }
+    let obj = dcc.object_ref(&());
+    publish_event(
+        &ctx.recorder,
+        &obj,
+        type_,
+        reason,
+        "DatacenterCleanup",
+        &note,
+    )
+    .await;
 }
 
 async fn write_status(
@@ -675,17 +677,17 @@ async fn on_datacenter(
         Wanted::Nothing => {}
         Wanted::Refused(why) => {
             warn!(datacenter = %dc.name_any(), "{why}");
-            let ev = KEvent {
-                type_: EventType::Warning,
-                reason: "CleanupNotCreated".into(),
-                note: Some(why),
-                action: "DatacenterCleanup".into(),
-                secondary: None,
-            };
             let r = dc.object_ref(&datacenter_resource());
-            if let Err(e) = ctx.recorder.publish(&ev, &r).await {
-                warn!(error = %e, "publishing an Event failed");
-            }
+            let (warning, reason) = (EventType::Warning, "CleanupNotCreated");
+            publish_event(
+                &ctx.recorder,
+                &r,
+                warning,
+                reason,
+                "DatacenterCleanup",
+                &why,
+            )
+            .await;
         }
         Wanted::Cleanup(dcc) => {
             let api: Api<DatacenterCleanup> =
