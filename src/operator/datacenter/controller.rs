@@ -399,15 +399,10 @@ async fn fail(
     now: &str,
 ) -> Result<Action, ClusterError> {
     st.phase = Some(Phase::Failed);
-    st.reason = Some(reason.as_str().into());
-    st.message = Some(message.clone());
-    st.completion_time = Some(now.into());
     st.observed_generation = dcc.metadata.generation;
-    crate::operator::status::set_condition(
-        &mut st.conditions,
-        crate::operator::status::ConditionType::Failed,
-        true,
-        reason.into(),
+    decide::record_failure(
+        &mut st,
+        reason.as_str(),
         &message,
         dcc.metadata.generation,
         now,

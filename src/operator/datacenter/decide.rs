@@ -384,18 +384,13 @@ pub fn step(
         g,
         now,
     );
+    st.phase = Some(phase);
     if let Some((reason, message)) = &failure {
-        let why = reason
-            .parse::<Reason>()
-            .map(Why::Failure)
-            .unwrap_or(Why::Failure(Reason::CheckFailed));
-        set_condition(conds, ConditionType::Failed, true, why, message, g, now);
-        st.reason = Some(reason.clone());
-        st.message = Some(message.clone());
+        record_failure(st, reason, message, g, now);
     }
     if phase == Phase::Complete {
         set_condition(
-            conds,
+            &mut st.conditions,
             ConditionType::Complete,
             true,
             Why::Milestone(Milestone::Completed),
@@ -403,12 +398,44 @@ pub fn step(
             g,
             now,
         );
+        if st.completion_time.is_none() {
+            st.completion_time = Some(now.into());
+        }
     }
-    if matches!(phase, Phase::Complete | Phase::Failed) && st.completion_time.is_none() {
+    out
+}
+
+/// A failure into the status: `reason`, `message` and the Failed condition; the completion
+/// time too once the phase is Failed. Under `failurePolicy: Continue` (or while the failed
+/// rack finishes what runs) the failure is recorded while the phase is still Running.
+/// `reason` may be a child CleanupJob's that is none of cleave's reasons (a failed job that
+/// gave none reads `Failed`): the condition then says CheckFailed, `status.reason` keeps it.
+pub fn record_failure(
+    st: &mut DatacenterCleanupStatus,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &str,
+) {
+    let why = reason
+        .parse::<Reason>()
+        .map(Why::Failure)
+        .unwrap_or(Why::Failure(Reason::CheckFailed));
+    let conds = &mut st.conditions;
+    set_condition(
+        conds,
+        ConditionType::Failed,
+        true,
+        why,
+        message,
+        generation,
+        now,
+    );
+    st.reason = Some(reason.into());
+    st.message = Some(message.into());
+    if st.phase == Some(Phase::Failed) && st.completion_time.is_none() {
         st.completion_time = Some(now.into());
     }
-    st.phase = Some(phase);
-    out
 }
 
 /// The suffix of a rack's restart task name (`<cleanup>-restart-<rack>`).
