@@ -18,6 +18,7 @@ use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::crd::{DatacenterCleanup, DatacenterCleanupStatus};
+pub use super::decide::task_name;
 use super::decide::{self, ChildJob, TaskState, World};
 use crate::operator::controller::publish_event;
 use crate::operator::crd::{CleanupJob, CleanupJobSpec, Ownership};
@@ -103,12 +104,6 @@ pub fn job_name(cleanup: &str, node: &str, keyspace: &str) -> String {
     let mut base = format!("{}-{}-{}", clean(cleanup), clean(node), clean(keyspace));
     base.truncate(253 - 9);
     format!("{}-{:08x}", base.trim_end_matches('-'), h as u32)
-}
-
-pub fn task_name(cleanup: &str, rack: &str) -> String {
-    let mut n = format!("{cleanup}-{}", decide::restart_task_name_suffix(rack));
-    n.truncate(253);
-    n.to_ascii_lowercase()
 }
 
 /// The racks and nodes, and the ring's state, from the CassandraDatacenter or the selector.
@@ -433,13 +428,15 @@ async fn apply(dcc: Arc<DatacenterCleanup>, ctx: Arc<ClusterCtx>) -> Result<Acti
         Ok(w) => w,
         Err(why) => return fail(&ctx, &dcc, prev, Reason::DatacenterNotFound, why, &now).await,
     };
-    let mut step = decide::step(&dcc.spec, &prev, &world, dcc.metadata.generation, &now);
-    // The step knows each rack's task by its suffix; the status names the task itself.
-    for r in &mut step.status.racks {
-        if r.restart_task.is_some() {
-            r.restart_task = Some(task_name(&dcc.name_any(), &r.name));
-        }
-    }
+    let name = dcc.name_any();
+    let step = decide::step(
+        &name,
+        &dcc.spec,
+        &prev,
+        &world,
+        dcc.metadata.generation,
+        &now,
+    );
     let jobs: Api<CleanupJob> = Api::namespaced(ctx.client.clone(), &ns);
     for name in &step.retry {
         info!(job = %name, "a CleanupJob refused a changing ring; the ring is stable: made again");

@@ -127,8 +127,10 @@ fn node_state(spec: &DatacenterCleanupSpec, jobs: &[&ChildJob]) -> NodeState {
     }
 }
 
-/// The next step. `prev` is the status so far (start time, conditions' transition times).
+/// The next step of the DatacenterCleanup `name`. `prev` is the status so far (start time,
+/// conditions' transition times).
 pub fn step(
+    name: &str,
     spec: &DatacenterCleanupSpec,
     prev: &DatacenterCleanupStatus,
     world: &World,
@@ -162,6 +164,9 @@ pub fn step(
             states.push((rack.clone(), node.clone(), s, names));
         }
     }
+    // Reversed so that a node listed twice reads as its first entry, as a scan would.
+    let by_node: BTreeMap<&str, &NodeState> =
+        states.iter().rev().map(|s| (s.1.as_str(), &s.2)).collect();
     let count = |f: &dyn Fn(&NodeState) -> bool| states.iter().filter(|s| f(&s.2)).count() as u32;
     st.nodes = NodeCounts {
         total: states.len() as u32,
@@ -244,11 +249,9 @@ pub fn step(
         Some((rack, nodes)) => {
             st.current_rack = Some(rack.clone());
             let of = |node: &String| {
-                states
-                    .iter()
-                    .find(|s| &s.1 == node)
-                    .map(|s| s.2.clone())
-                    .unwrap_or(NodeState::Pending)
+                by_node
+                    .get(node.as_str())
+                    .map_or(NodeState::Pending, |s| (*s).clone())
             };
             let running = nodes.iter().filter(|n| of(n) == NodeState::Running).count();
             let settled = nodes.iter().all(|n| of(n).settled());
@@ -334,7 +337,7 @@ pub fn step(
                 state: state.into(),
                 restart_task: (world.tasks.contains_key(r)
                     || out.restart.as_deref() == Some(r.as_str()))
-                .then(|| restart_task_name_suffix(r)),
+                .then(|| task_name(name, r)),
             }
         })
         .collect();
@@ -438,9 +441,12 @@ pub fn record_failure(
     }
 }
 
-/// The suffix of a rack's restart task name (`<cleanup>-restart-<rack>`).
-pub fn restart_task_name_suffix(rack: &str) -> String {
-    format!("restart-{rack}")
+/// The name of a rack's restart task (a CassandraTask): `<cleanup>-restart-<rack>`, cut to
+/// the 253 characters of a DNS subdomain name and lowercased as object names must be.
+pub fn task_name(cleanup: &str, rack: &str) -> String {
+    let mut n = format!("{cleanup}-restart-{rack}");
+    n.truncate(253);
+    n.to_ascii_lowercase()
 }
 
 #[cfg(test)]
@@ -481,7 +487,14 @@ mod tests {
     }
 
     fn run(s: &DatacenterCleanupSpec, w: &World) -> Step {
-        step(s, &DatacenterCleanupStatus::default(), w, Some(1), NOW)
+        step(
+            "dcc",
+            s,
+            &DatacenterCleanupStatus::default(),
+            w,
+            Some(1),
+            NOW,
+        )
     }
 
     #[test]
