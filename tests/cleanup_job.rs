@@ -15,58 +15,23 @@ use std::process::Output;
 
 use common::k8s::{control_plane_or_skip, Cluster, Sidecar};
 use common::mgmt::StandIn;
+use common::ring;
 use common::*;
 use std::time::Duration;
 
 const TABLE: &str = "t-0123456789abcdef0123456789abcdef";
-const ME: &str = "10.0.0.1";
+/// This sidecar's node in a 3-node ring.
+const ME: usize = 0;
+const NODES: usize = 3;
 
-/// A 3-node ring, 16 tokens each, RF 1: the ranges with their replica, in ring order.
-fn ring() -> Vec<(i64, i64, &'static str)> {
-    let ips = [ME, "10.0.0.2", "10.0.0.3"];
-    let n = 48i64;
-    let step = (u64::MAX / n as u64) as i64;
-    let tokens: Vec<i64> = (0..n).map(|i| i64::MIN + 1 + i * step).collect();
-    let mut v = Vec::new();
-    for i in 0..tokens.len() {
-        let (l, r) = (tokens[i], tokens[(i + 1) % tokens.len()]);
-        // The range ending at token i+1 belongs to the node holding that token.
-        v.push((l, r, ips[(i + 1) % 3]));
-    }
-    v
-}
-
-/// The ranges of `ME`, as non-wrapping `(l, r]` ranges.
+/// The ranges of `ME`.
 fn mine() -> Vec<(i64, i64)> {
-    let mut v = Vec::new();
-    for (l, r, ip) in ring() {
-        if ip == ME {
-            if l < r {
-                v.push((l, r));
-            } else {
-                v.push((l, i64::MAX));
-                v.push((i64::MIN, r));
-            }
-        }
-    }
-    v.sort();
-    v
+    ring::owned(NODES, ME)
 }
 
+/// The ring as `ME`'s management API shows it; `joining`: a fourth node bootstraps.
 fn ring_json(joining: bool) -> String {
-    let mut endpoints = vec![
-        serde_json::json!({"ENDPOINT_IP": ME, "STATUS": "NORMAL,1", "IS_LOCAL": "true", "DC": "dc1"}),
-        serde_json::json!({"ENDPOINT_IP": "10.0.0.2", "STATUS": "NORMAL,2", "IS_LOCAL": "false", "DC": "dc1"}),
-        serde_json::json!({"ENDPOINT_IP": "10.0.0.3", "STATUS": "NORMAL,3", "IS_LOCAL": "false", "DC": "dc1"}),
-    ];
-    if joining {
-        endpoints.push(serde_json::json!({"ENDPOINT_IP": "10.0.0.4", "STATUS": "BOOT,4", "IS_LOCAL": "false", "DC": "dc1"}));
-    }
-    let ranges: Vec<serde_json::Value> = ring()
-        .iter()
-        .map(|(l, r, ip)| serde_json::json!({"tokens": [l, r], "endpoints": [ip]}))
-        .collect();
-    serde_json::json!({"endpoints": endpoints, "ranges": ranges, "keyspaces": ["ks"]}).to_string()
+    ring::ring_json(NODES, ME, None, joining)
 }
 
 fn fingerprint(shared: &Path, paths: &[PathBuf], ranges: &[(i64, i64)]) -> (u64, u64, u64) {

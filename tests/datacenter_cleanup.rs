@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use cleave::operator::datacenter::controller::{job_name, task_name};
 use common::k8s::{control_plane_or_skip, Cluster, Sidecar};
 use common::mgmt::StandIn;
+use common::ring;
 use common::*;
 use serde_json::{json, Value};
 
@@ -44,57 +45,14 @@ const DC_CRD: &str =
     "cass-operator/cassandra.datastax.com_cassandradatacenters.apiserver-1.20.yaml";
 const TASK_CRD: &str = "cass-operator/control.k8ssandra.io_cassandratasks.yaml";
 
-fn ip(i: usize) -> String {
-    format!("10.0.0.{}", i + 1)
+/// Node `i`'s ranges in the ring of [`NODES`].
+fn owned(i: usize) -> Vec<(i64, i64)> {
+    ring::owned(NODES.len(), i)
 }
 
-/// A 6-node ring, 8 tokens each, RF 1: the ranges with the index of their replica.
-fn ring() -> Vec<(i64, i64, usize)> {
-    let n = 48i64;
-    let step = (u64::MAX / n as u64) as i64;
-    let tokens: Vec<i64> = (0..n).map(|i| i64::MIN + 1 + i * step).collect();
-    (0..tokens.len())
-        .map(|i| {
-            (
-                tokens[i],
-                tokens[(i + 1) % tokens.len()],
-                (i + 1) % NODES.len(),
-            )
-        })
-        .collect()
-}
-
-/// The ranges of node `node`, as non-wrapping `(l, r]` ranges.
-fn owned(node: usize) -> Vec<(i64, i64)> {
-    let mut v = Vec::new();
-    for (l, r, n) in ring() {
-        if n == node {
-            if l < r {
-                v.push((l, r));
-            } else {
-                v.push((l, i64::MAX));
-                v.push((i64::MIN, r));
-            }
-        }
-    }
-    v.sort();
-    v
-}
-
-/// The ring as node `local`'s management API shows it.
+/// The ring of [`NODES`] as node `local`'s management API shows it.
 fn ring_json(local: usize) -> String {
-    let endpoints: Vec<Value> = (0..NODES.len())
-        .map(|i| {
-            json!({"ENDPOINT_IP": ip(i), "STATUS": format!("NORMAL,{}", i + 1),
-                   "IS_LOCAL": if i == local { "true" } else { "false" }, "DC": "dc1",
-                   "RACK": NODES[i].1})
-        })
-        .collect();
-    let ranges: Vec<Value> = ring()
-        .iter()
-        .map(|(l, r, n)| json!({"tokens": [l, r], "endpoints": [ip(*n)]}))
-        .collect();
-    json!({"endpoints": endpoints, "ranges": ranges, "keyspaces": ["ks"]}).to_string()
+    ring::ring_json(NODES.len(), local, Some(&|i| NODES[i].1), false)
 }
 
 /// The files directly in the table directory (what Cassandra reads; cleave's staging and
@@ -507,6 +465,38 @@ impl Dc {
     }
 }
 
+/// Looks at the resource every 300 ms until its phase is `want`, calling `between` after each
+/// look that is not; the other final phase fails the test at once (the controller never
+/// leaves Complete or Failed). `deadline` counts from `t0`, the test's start.
+fn wait_for_phase(
+    dc: &mut Dc,
+    want: &str,
+    t0: Instant,
+    deadline: Duration,
+    mut between: impl FnMut(&mut Dc),
+) -> Value {
+    let other = if want == "Complete" {
+        "Failed"
+    } else {
+        "Complete"
+    };
+    loop {
+        assert!(
+            t0.elapsed() < deadline,
+            "not {want} after {deadline:?}: {:#}\n{}",
+            dc.status(),
+            dc.logs()
+        );
+        let st = dc.status();
+        assert_ne!(st["phase"], other, "{st:#}\n{}", dc.logs());
+        if st["phase"] == want {
+            return st;
+        }
+        between(dc);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 fn jobs_of<'a>(jobs: &'a [Value], rack: &str) -> Vec<&'a Value> {
     jobs.iter()
         .filter(|j| rack_of(node_of(j)) == rack)
@@ -596,19 +586,7 @@ fn datacenter_cleans_rack_by_rack_with_the_configured_concurrency_and_restarts_e
     // The nodes in the order their job was first seen.
     let mut started: Vec<String> = Vec::new();
     let mut mid_run_listing = String::new();
-    let deadline = Duration::from_secs(360);
-    let st = loop {
-        assert!(
-            t0.elapsed() < deadline,
-            "not Complete after {deadline:?}: {:#}\n{}",
-            dc.status(),
-            dc.logs()
-        );
-        let st = dc.status();
-        assert_ne!(st["phase"], "Failed", "{st:#}\n{}", dc.logs());
-        if st["phase"] == "Complete" {
-            break st;
-        }
+    let st = wait_for_phase(&mut dc, "Complete", t0, Duration::from_secs(360), |dc| {
         // The jobs' exact history so far, then what one look shows.
         replay(&dc.watch.events(), rack_order, 1, &["Complete"]);
         let jobs = dc.jobs();
@@ -726,8 +704,7 @@ fn datacenter_cleans_rack_by_rack_with_the_configured_concurrency_and_restarts_e
             dc.complete_task(&name);
             restarted.push(rack);
         }
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    });
     let took = t0.elapsed();
     assert_eq!(restarted, ["r1", "r2", "r3"]);
     let order: Vec<&str> = NODES.iter().map(|(n, _)| *n).collect();
@@ -912,7 +889,7 @@ fn datacenter_a_failed_node_stops_the_next_rack() {
     let test = "datacenter cleanup stops at a failed node";
     let t0 = Instant::now();
     let bad = "dc1-r1-sts-1";
-    let Some(dc) = Dc::start(
+    let Some(mut dc) = Dc::start(
         test,
         Setup {
             racks: ["r1", "r2", "r3"],
@@ -924,7 +901,7 @@ fn datacenter_a_failed_node_stops_the_next_rack() {
     };
     dc.cluster.apply(&dcc_yaml("  restart: CassandraTask\n"));
     let uid = dc.uid();
-    let check = |what: &str| {
+    let check = |dc: &Dc, what: &str| {
         let jobs = dc.jobs();
         dc.check_jobs_shape(&jobs, &uid);
         for rack in ["r2", "r3"] {
@@ -937,24 +914,14 @@ fn datacenter_a_failed_node_stops_the_next_rack() {
         let tasks = dc.tasks();
         assert!(tasks.is_empty(), "{what}: a rack restart: {tasks:#?}");
     };
-    let failed_at = loop {
-        assert!(
-            t0.elapsed() < Duration::from_secs(240),
-            "not Failed: {:#}\n{}",
-            dc.status(),
-            dc.logs()
-        );
-        check("while r1 runs");
-        let st = dc.status();
-        assert_ne!(st["phase"], "Complete", "{st:#}");
-        if st["phase"] == "Failed" {
-            break Instant::now();
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    check(&dc, "while r1 runs");
+    wait_for_phase(&mut dc, "Failed", t0, Duration::from_secs(240), |dc| {
+        check(dc, "while r1 runs")
+    });
+    let failed_at = Instant::now();
     // Failed is final: more than two of the controller's polls later, still nothing new.
     while failed_at.elapsed() < Duration::from_secs(12) {
-        check("after Failed");
+        check(&dc, "after Failed");
         std::thread::sleep(Duration::from_millis(500));
     }
     // Nor did one exist for a moment between two looks.

@@ -1567,6 +1567,14 @@ fn can_i(cluster: &Cluster, kc: &Path, args: &[&str]) -> bool {
     said == "yes"
 }
 
+/// `kubectl auth can-i` of each `(args, want)` as the identity of kubeconfig `kc`: RBAC
+/// grants exactly what the table says (`who` names the identity in a failure).
+fn assert_can_i(cluster: &Cluster, kc: &Path, who: &str, table: &[(&[&str], bool)]) {
+    for (args, want) in table {
+        assert_eq!(can_i(cluster, kc, args), *want, "{who}: can-i {args:?}");
+    }
+}
+
 fn rbac_end_to_end(cluster: &Cluster) {
     let ns = "cleave-e2e";
     let rendered = template(ns, &[]);
@@ -1577,69 +1585,78 @@ fn rbac_end_to_end(cluster: &Cluster) {
 
     let sa = sa_kubeconfig(cluster, ns, "cleave");
     let sa_stream = sa_kubeconfig(cluster, stream_ns, "cleave");
-    let can_i = |kc: &Path, args: &[&str]| can_i(cluster, kc, args);
-    for (args, want) in [
-        (&["list", "anticompactionjobs.cleave.dev"][..], true),
-        (&["watch", "rangestreams.cleave.dev"], true),
-        (
-            &[
-                "patch",
-                "anticompactionjobs.cleave.dev",
-                "--subresource=status",
-            ],
-            true,
-        ),
-        (
-            &[
-                "update",
-                "anticompactionjobs.cleave.dev",
-                "--subresource=status",
-            ],
-            false,
-        ),
-        (&["delete", "anticompactionjobs.cleave.dev"], true),
-        (
-            &[
-                "update",
-                "rangestreams.cleave.dev",
-                "--subresource=finalizers",
-            ],
-            true,
-        ),
-        (&["create", "events.events.k8s.io"], true),
-        // Creating jobs is for repair automation and admins, not for the sidecar.
-        (&["create", "anticompactionjobs.cleave.dev"], false),
-        (&["update", "anticompactionjobs.cleave.dev"], false),
-        (
-            &["list", "anticompactionjobs.cleave.dev", "-n", "default"],
-            false,
-        ),
-        (&["get", "secrets"], false),
-        (&["list", "secrets"], false),
-        (&["get", "secrets/cleave-stream"], false),
-        (&["get", "pods"], false),
-        (&["list", "pods"], false),
-        (&["create", "pods", "--subresource=exec"], false),
-        (&["delete", "pods"], false),
-        (&["get", "deployments.apps"], false),
-        (&["patch", "deployments.apps"], false),
-        (&["get", "statefulsets.apps"], false),
-        (&["patch", "statefulsets.apps"], false),
-        (&["get", "configmaps"], false),
-        (&["create", "events"], false),
-        (&["list", "nodes"], false),
-        (
-            &["create", "customresourcedefinitions.apiextensions.k8s.io"],
-            false,
-        ),
-    ] {
-        assert_eq!(can_i(&sa, args), want, "default chart: can-i {args:?}");
-    }
+    assert_can_i(
+        cluster,
+        &sa,
+        "default chart",
+        &[
+            (&["list", "anticompactionjobs.cleave.dev"][..], true),
+            (&["watch", "rangestreams.cleave.dev"], true),
+            (
+                &[
+                    "patch",
+                    "anticompactionjobs.cleave.dev",
+                    "--subresource=status",
+                ],
+                true,
+            ),
+            (
+                &[
+                    "update",
+                    "anticompactionjobs.cleave.dev",
+                    "--subresource=status",
+                ],
+                false,
+            ),
+            (&["delete", "anticompactionjobs.cleave.dev"], true),
+            (
+                &[
+                    "update",
+                    "rangestreams.cleave.dev",
+                    "--subresource=finalizers",
+                ],
+                true,
+            ),
+            (&["create", "events.events.k8s.io"], true),
+            // Creating jobs is for repair automation and admins, not for the sidecar.
+            (&["create", "anticompactionjobs.cleave.dev"], false),
+            (&["update", "anticompactionjobs.cleave.dev"], false),
+            (
+                &["list", "anticompactionjobs.cleave.dev", "-n", "default"],
+                false,
+            ),
+            (&["get", "secrets"], false),
+            (&["list", "secrets"], false),
+            (&["get", "secrets/cleave-stream"], false),
+            (&["get", "pods"], false),
+            (&["list", "pods"], false),
+            (&["create", "pods", "--subresource=exec"], false),
+            (&["delete", "pods"], false),
+            (&["get", "deployments.apps"], false),
+            (&["patch", "deployments.apps"], false),
+            (&["get", "statefulsets.apps"], false),
+            (&["patch", "statefulsets.apps"], false),
+            (&["get", "configmaps"], false),
+            (&["create", "events"], false),
+            (&["list", "nodes"], false),
+            (
+                &["create", "customresourcedefinitions.apiextensions.k8s.io"],
+                false,
+            ),
+        ],
+    );
     // With the stream on: still no Secret (the credentials are mounted files).
-    assert!(!can_i(&sa_stream, &["get", "secrets/cleave-stream"]));
-    assert!(!can_i(&sa_stream, &["get", "secrets/other"]));
-    assert!(!can_i(&sa_stream, &["list", "secrets"]));
-    assert!(!can_i(&sa_stream, &["watch", "secrets"]));
+    assert_can_i(
+        cluster,
+        &sa_stream,
+        "chart with the stream",
+        &[
+            (&["get", "secrets/cleave-stream"][..], false),
+            (&["get", "secrets/other"], false),
+            (&["list", "secrets"], false),
+            (&["watch", "secrets"], false),
+        ],
+    );
 
     // Cluster-wide (every optional feature on): every namespace's jobs, and no Secret.
     let cw_ns = "cleave-e2e-cw";
@@ -1647,23 +1664,22 @@ fn rbac_end_to_end(cluster: &Cluster) {
     let rendered = template(cw_ns, &["-f", &ci_values("all-features-values.yaml")]);
     cluster.kubectl(&["apply", "-n", cw_ns, "-f", "-"], Some(&rendered));
     let sa_cw = sa_kubeconfig(cluster, cw_ns, "cleave");
-    for (args, want) in [
-        (&["list", "anticompactionjobs.cleave.dev", "-A"][..], true),
-        (&["watch", "rangestreams.cleave.dev", "-n", "default"], true),
-        (&["create", "events.events.k8s.io", "-n", "default"], true),
-        (&["get", "secrets/cleave-stream"], false),
-        (&["get", "secrets/cleave-stream", "-n", "default"], false),
-        (&["list", "secrets", "-A"], false),
-        (&["get", "pods", "-A"], false),
-        (&["patch", "statefulsets.apps", "-A"], false),
-        (&["create", "anticompactionjobs.cleave.dev", "-A"], false),
-    ] {
-        assert_eq!(
-            can_i(&sa_cw, args),
-            want,
-            "cluster-wide chart: can-i {args:?}"
-        );
-    }
+    assert_can_i(
+        cluster,
+        &sa_cw,
+        "cluster-wide chart",
+        &[
+            (&["list", "anticompactionjobs.cleave.dev", "-A"][..], true),
+            (&["watch", "rangestreams.cleave.dev", "-n", "default"], true),
+            (&["create", "events.events.k8s.io", "-n", "default"], true),
+            (&["get", "secrets/cleave-stream"], false),
+            (&["get", "secrets/cleave-stream", "-n", "default"], false),
+            (&["list", "secrets", "-A"], false),
+            (&["get", "pods", "-A"], false),
+            (&["patch", "statefulsets.apps", "-A"], false),
+            (&["create", "anticompactionjobs.cleave.dev", "-A"], false),
+        ],
+    );
 
     // The chart's own `cleave run` line, as the DaemonSet renders it, run as a process with
     // the ServiceAccount token; flags this build lacks are left out (see the list).
@@ -2092,142 +2108,140 @@ fn cluster_part_end_to_end(cluster: &Cluster, third_party: &Path) {
     let ev = "events.events.k8s.io";
     let status = "--subresource=status";
     let fins = "--subresource=finalizers";
-    for (args, want) in [
-        (&["list", dcc][..], true),
-        (&["watch", dcc], true),
-        (&["create", dcc], true),
-        (&["patch", dcc], true),
-        (&["get", dcc], false),
-        (&["update", dcc], false),
-        (&["delete", dcc], false),
-        (&["patch", dcc, status], true),
-        (&["update", dcc, status], false),
-        (&["get", dcc, status], false),
-        (&["update", dcc, fins], true),
-        (&["list", clj], true),
-        (&["watch", clj], true),
-        (&["create", clj], true),
-        (&["delete", clj], true),
-        (&["get", clj], false),
-        (&["patch", clj], false),
-        (&["update", clj], false),
-        (&["patch", clj, status], false),
-        (&["update", clj, status], false),
-        (&["list", "anticompactionjobs.cleave.dev"], false),
-        (&["list", "rangestreams.cleave.dev"], false),
-        (&["list", "pods"], true),
-        (&["get", "pods"], false),
-        (&["watch", "pods"], false),
-        (&["create", "pods"], false),
-        (&["delete", "pods"], false),
-        (&["patch", "pods"], false),
-        (&["create", "pods", "--subresource=exec"], false),
-        (&["get", cassdc], true),
-        (&["list", cassdc], true),
-        (&["watch", cassdc], true),
-        (&["patch", cassdc], false),
-        (&["update", cassdc], false),
-        (&["delete", cassdc], false),
-        (&["get", task], true),
-        (&["create", task], true),
-        (&["list", task], false),
-        (&["delete", task], false),
-        (&["patch", task], false),
-        (&["create", ev], true),
-        (&["patch", ev], true),
-        (&["create", "events"], false),
-        (&["create", "leases.coordination.k8s.io"], true),
-        (&["get", lease], true),
-        (&["update", lease], true),
-        (&["patch", lease], false),
-        (&["delete", lease], false),
-        (&["get", "leases.coordination.k8s.io/other"], false),
-        (&["update", "leases.coordination.k8s.io/other"], false),
-        (&["list", "leases.coordination.k8s.io"], false),
-        (
-            &[
-                "update",
-                "leases.coordination.k8s.io/kube-controller-manager",
-                "-n",
-                "kube-system",
-            ],
-            false,
-        ),
-        (&["get", "secrets"], false),
-        (&["list", "secrets"], false),
-        (&["get", "configmaps"], false),
-        (&["create", "deployments.apps"], false),
-        (&["patch", "statefulsets.apps"], false),
-        (&["list", "nodes"], false),
-        // Namespaced: nothing in another namespace.
-        (&["list", dcc, "-n", "default"], false),
-        (&["list", "pods", "-n", "default"], false),
-        (&["create", task, "-n", "default"], false),
-        (
-            &["create", "leases.coordination.k8s.io", "-n", "default"],
-            false,
-        ),
-    ] {
-        assert_eq!(
-            can_i(cluster, &sa, args),
-            want,
-            "cluster part (namespaced): can-i {args:?}"
-        );
-    }
-    for (args, want) in [
-        (&["list", dcc, "-A"][..], true),
-        (&["create", clj, "-n", "default"], true),
-        (&["list", "pods", "-A"], true),
-        (&["get", "pods", "-A"], false),
-        (&["get", cassdc, "-n", "default"], true),
-        (&["create", task, "-n", "default"], true),
-        (&["create", ev, "-n", "default"], true),
-        (&["update", dcc, status, "-A"], false),
-        (&["delete", "pods", "-A"], false),
-        (&["list", "secrets", "-A"], false),
-        // The Lease: in `default` only, by name.
-        (&["get", lease, "-n", "default"], true),
-        (&["update", lease, "-n", "default"], true),
-        (
-            &["create", "leases.coordination.k8s.io", "-n", "default"],
-            true,
-        ),
-        (&["get", lease, "-n", cw_ns], false),
-        (&["list", "leases.coordination.k8s.io", "-A"], false),
-        (
-            &["create", "leases.coordination.k8s.io", "-n", "kube-system"],
-            false,
-        ),
-        (
-            &[
-                "update",
-                "leases.coordination.k8s.io/kube-controller-manager",
-                "-n",
-                "kube-system",
-            ],
-            false,
-        ),
-    ] {
-        assert_eq!(
-            can_i(cluster, &sa_cw, args),
-            want,
-            "cluster part (cluster-wide): can-i {args:?}"
-        );
-    }
+    assert_can_i(
+        cluster,
+        &sa,
+        "cluster part (namespaced)",
+        &[
+            (&["list", dcc][..], true),
+            (&["watch", dcc], true),
+            (&["create", dcc], true),
+            (&["patch", dcc], true),
+            (&["get", dcc], false),
+            (&["update", dcc], false),
+            (&["delete", dcc], false),
+            (&["patch", dcc, status], true),
+            (&["update", dcc, status], false),
+            (&["get", dcc, status], false),
+            (&["update", dcc, fins], true),
+            (&["list", clj], true),
+            (&["watch", clj], true),
+            (&["create", clj], true),
+            (&["delete", clj], true),
+            (&["get", clj], false),
+            (&["patch", clj], false),
+            (&["update", clj], false),
+            (&["patch", clj, status], false),
+            (&["update", clj, status], false),
+            (&["list", "anticompactionjobs.cleave.dev"], false),
+            (&["list", "rangestreams.cleave.dev"], false),
+            (&["list", "pods"], true),
+            (&["get", "pods"], false),
+            (&["watch", "pods"], false),
+            (&["create", "pods"], false),
+            (&["delete", "pods"], false),
+            (&["patch", "pods"], false),
+            (&["create", "pods", "--subresource=exec"], false),
+            (&["get", cassdc], true),
+            (&["list", cassdc], true),
+            (&["watch", cassdc], true),
+            (&["patch", cassdc], false),
+            (&["update", cassdc], false),
+            (&["delete", cassdc], false),
+            (&["get", task], true),
+            (&["create", task], true),
+            (&["list", task], false),
+            (&["delete", task], false),
+            (&["patch", task], false),
+            (&["create", ev], true),
+            (&["patch", ev], true),
+            (&["create", "events"], false),
+            (&["create", "leases.coordination.k8s.io"], true),
+            (&["get", lease], true),
+            (&["update", lease], true),
+            (&["patch", lease], false),
+            (&["delete", lease], false),
+            (&["get", "leases.coordination.k8s.io/other"], false),
+            (&["update", "leases.coordination.k8s.io/other"], false),
+            (&["list", "leases.coordination.k8s.io"], false),
+            (
+                &[
+                    "update",
+                    "leases.coordination.k8s.io/kube-controller-manager",
+                    "-n",
+                    "kube-system",
+                ],
+                false,
+            ),
+            (&["get", "secrets"], false),
+            (&["list", "secrets"], false),
+            (&["get", "configmaps"], false),
+            (&["create", "deployments.apps"], false),
+            (&["patch", "statefulsets.apps"], false),
+            (&["list", "nodes"], false),
+            // Namespaced: nothing in another namespace.
+            (&["list", dcc, "-n", "default"], false),
+            (&["list", "pods", "-n", "default"], false),
+            (&["create", task, "-n", "default"], false),
+            (
+                &["create", "leases.coordination.k8s.io", "-n", "default"],
+                false,
+            ),
+        ],
+    );
+    assert_can_i(
+        cluster,
+        &sa_cw,
+        "cluster part (cluster-wide)",
+        &[
+            (&["list", dcc, "-A"][..], true),
+            (&["create", clj, "-n", "default"], true),
+            (&["list", "pods", "-A"], true),
+            (&["get", "pods", "-A"], false),
+            (&["get", cassdc, "-n", "default"], true),
+            (&["create", task, "-n", "default"], true),
+            (&["create", ev, "-n", "default"], true),
+            (&["update", dcc, status, "-A"], false),
+            (&["delete", "pods", "-A"], false),
+            (&["list", "secrets", "-A"], false),
+            // The Lease: in `default` only, by name.
+            (&["get", lease, "-n", "default"], true),
+            (&["update", lease, "-n", "default"], true),
+            (
+                &["create", "leases.coordination.k8s.io", "-n", "default"],
+                true,
+            ),
+            (&["get", lease, "-n", cw_ns], false),
+            (&["list", "leases.coordination.k8s.io", "-A"], false),
+            (
+                &["create", "leases.coordination.k8s.io", "-n", "kube-system"],
+                false,
+            ),
+            (
+                &[
+                    "update",
+                    "leases.coordination.k8s.io/kube-controller-manager",
+                    "-n",
+                    "kube-system",
+                ],
+                false,
+            ),
+        ],
+    );
     // The sidecars' identity in the same release gets none of it.
-    for args in [
-        &["create", task][..],
-        &["list", "pods"],
-        &["create", clj],
-        &["list", dcc],
-        &["get", lease],
-        &["create", "leases.coordination.k8s.io"],
-    ] {
-        assert!(
-            !can_i(cluster, &sidecar, args),
-            "the sidecars' ServiceAccount: can-i {args:?}"
-        );
-    }
+    assert_can_i(
+        cluster,
+        &sidecar,
+        "the sidecars' ServiceAccount",
+        &[
+            (&["create", task][..], false),
+            (&["list", "pods"], false),
+            (&["create", clj], false),
+            (&["list", dcc], false),
+            (&["get", lease], false),
+            (&["create", "leases.coordination.k8s.io"], false),
+        ],
+    );
 
     // Enough: a cass-operator datacenter (one rack, one pod: no kubelet, the pod never runs)
     // and a DatacenterCleanup with rack restarts.

@@ -265,6 +265,138 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             .print(false));
         }
     }
+    serving(
+        a,
+        |a,
+         Serving {
+             metrics,
+             stop,
+             http,
+         }| async move {
+            let window = node_api(&a)?;
+            let release = cleave::operator::release::resolve(
+                a.cassandra_version,
+                window.as_ref().map(|w| &w.client),
+                &a.data_dir,
+            )
+            .await;
+            tracing::info!(
+                release = %release.release,
+                source = release.source.as_str(),
+                note = release.note.as_deref().unwrap_or(""),
+                "the node's Cassandra release: the default target of its jobs and the receiver's strictness"
+            );
+            metrics
+                .cassandra_release
+                .with_label_values(&[&release.release.to_string(), release.source.as_str()])
+                .set(1);
+            if let Some(addr) = &a.stream_addr {
+                super::stream::spawn_receiver(
+                    addr,
+                    &a.stream,
+                    super::stream::ReceiverNode {
+                        data_dir: Some(a.data_dir.clone()),
+                        node: Some(node.clone()),
+                        min_free_percent: f64::from(a.min_free_percent),
+                        cassandra: release.release,
+                    },
+                    metrics.stream.clone(),
+                    stop.wait(),
+                )
+                .await?;
+            }
+            if a.survey_interval_seconds > 0 {
+                tokio::spawn(survey_loop(
+                    a.data_dir.clone(),
+                    Duration::from_secs(a.survey_interval_seconds),
+                    metrics.clone(),
+                ));
+            }
+            let client_side = stream_client(&a)?;
+            let limits = NodeLimits {
+                max_concurrent_jobs: a.max_concurrent_jobs as usize,
+                min_free_percent: a.min_free_percent,
+                cassandra: release.release,
+            };
+            match &a.local {
+                Some(dir) => {
+                    let mut ctx = Ctx::new(
+                        LocalStore { dir: dir.clone() },
+                        &node,
+                        a.data_dir.clone(),
+                        metrics,
+                    );
+                    ctx.limits = limits;
+                    ctx.stream = client_side;
+                    ctx.window = window;
+                    let ctx = Arc::new(ctx);
+                    let (s, stopped) = (ctx.shutdown.clone(), stop.wait());
+                    tokio::spawn(async move {
+                        stopped.await;
+                        s.store(true, std::sync::atomic::Ordering::Relaxed);
+                    });
+                    local::run(ctx, Duration::from_secs(2), a.once).await?;
+                }
+                None => {
+                    let client = kube_client(&a).await?;
+                    let mut ctx = Ctx::new(
+                        KubeStore::new(client.clone(), &node),
+                        &node,
+                        a.data_dir.clone(),
+                        metrics,
+                    );
+                    ctx.limits = limits;
+                    ctx.stream = client_side;
+                    ctx.window = window;
+                    controller::run(
+                        client,
+                        a.namespace.clone(),
+                        Arc::new(ctx),
+                        a.concurrency.max(1),
+                        stop.wait(),
+                    )
+                    .await?;
+                }
+            }
+            // Local --once ends without a signal: stop the server too.
+            http.abort();
+            let _ = http.await;
+            Ok(ExitCode::SUCCESS)
+        },
+    )
+}
+
+/// What `run` and `run --cluster` share before their controllers start.
+struct Serving {
+    metrics: Arc<Metrics>,
+    /// One stop signal (SIGTERM or SIGINT) for the HTTP server and the controllers.
+    stop: Stop,
+    /// The server of /metrics /healthz /readyz on `--metrics-addr`.
+    http: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone)]
+struct Stop(tokio::sync::watch::Receiver<bool>);
+
+impl Stop {
+    /// Resolves once SIGTERM or SIGINT has come; any number of waiters.
+    fn wait(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.clone();
+        async move {
+            let _ = rx.wait_for(|v| *v).await;
+        }
+    }
+}
+
+/// Runs `body` on a multi-thread runtime once the metrics, the stop signal and the HTTP
+/// server stand. When `body` ends, executions have ended (controller::run waits for them);
+/// what is left are tasks talking to an apiserver that may not answer (Event publishing,
+/// watches, a lease renewal). They must not hold the pod for the kube client's own timeouts.
+fn serving<F, Fut>(a: RunArgs, body: F) -> Result<ExitCode>
+where
+    F: FnOnce(RunArgs, Serving) -> Fut,
+    Fut: std::future::Future<Output = Result<ExitCode>>,
+{
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -274,113 +406,24 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             .await
             .with_context(|| format!("binding --metrics-addr {}", a.metrics_addr))?;
         tracing::info!(addr = %listener.local_addr()?, "serving /metrics /healthz /readyz");
-        // One stop signal for the HTTP server and the controllers.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             termination().await;
             let _ = stop_tx.send(true);
         });
-        let stop = move || {
-            let mut rx = stop_rx.clone();
-            async move {
-                let _ = rx.wait_for(|v| *v).await;
-            }
-        };
+        let stop = Stop(stop_rx);
         let server = cleave::http::Server::new(listener, metrics::router(metrics.clone()));
-        let http = tokio::spawn(server.serve(stop()));
-        let window = node_api(&a)?;
-        let release = cleave::operator::release::resolve(
-            a.cassandra_version,
-            window.as_ref().map(|w| &w.client),
-            &a.data_dir,
+        let http = tokio::spawn(server.serve(stop.wait()));
+        body(
+            a,
+            Serving {
+                metrics,
+                stop,
+                http,
+            },
         )
-        .await;
-        tracing::info!(
-            release = %release.release,
-            source = release.source.as_str(),
-            note = release.note.as_deref().unwrap_or(""),
-            "the node's Cassandra release: the default target of its jobs and the receiver's strictness"
-        );
-        metrics
-            .cassandra_release
-            .with_label_values(&[&release.release.to_string(), release.source.as_str()])
-            .set(1);
-        if let Some(addr) = &a.stream_addr {
-            super::stream::spawn_receiver(
-                addr,
-                &a.stream,
-                super::stream::ReceiverNode {
-                    data_dir: Some(a.data_dir.clone()),
-                    node: Some(node.clone()),
-                    min_free_percent: f64::from(a.min_free_percent),
-                    cassandra: release.release,
-                },
-                metrics.stream.clone(),
-                stop(),
-            )
-            .await?;
-        }
-        if a.survey_interval_seconds > 0 {
-            tokio::spawn(survey_loop(
-                a.data_dir.clone(),
-                Duration::from_secs(a.survey_interval_seconds),
-                metrics.clone(),
-            ));
-        }
-        let client_side = stream_client(&a)?;
-        let limits = NodeLimits {
-            max_concurrent_jobs: a.max_concurrent_jobs as usize,
-            min_free_percent: a.min_free_percent,
-            cassandra: release.release,
-        };
-        match &a.local {
-            Some(dir) => {
-                let mut ctx = Ctx::new(
-                    LocalStore { dir: dir.clone() },
-                    &node,
-                    a.data_dir.clone(),
-                    metrics,
-                );
-                ctx.limits = limits;
-                ctx.stream = client_side;
-                ctx.window = window;
-                let ctx = Arc::new(ctx);
-                let (s, stopped) = (ctx.shutdown.clone(), stop());
-                tokio::spawn(async move {
-                    stopped.await;
-                    s.store(true, std::sync::atomic::Ordering::Relaxed);
-                });
-                local::run(ctx, Duration::from_secs(2), a.once).await?;
-            }
-            None => {
-                let client = kube_client(&a).await?;
-                let mut ctx = Ctx::new(
-                    KubeStore::new(client.clone(), &node),
-                    &node,
-                    a.data_dir.clone(),
-                    metrics,
-                );
-                ctx.limits = limits;
-                ctx.stream = client_side;
-                ctx.window = window;
-                controller::run(
-                    client,
-                    a.namespace.clone(),
-                    Arc::new(ctx),
-                    a.concurrency.max(1),
-                    stop(),
-                )
-                .await?;
-            }
-        }
-        // Local --once ends without a signal: stop the server too.
-        http.abort();
-        let _ = http.await;
-        Ok(ExitCode::SUCCESS)
+        .await
     });
-    // Executions have ended (controller::run waits for them); what is left are tasks talking
-    // to an apiserver that may not answer (Event publishing, watches). They must not hold
-    // the pod for the kube client's own timeouts.
     rt.shutdown_timeout(Duration::from_secs(2));
     result
 }
@@ -402,80 +445,63 @@ async fn kube_client(a: &RunArgs) -> Result<kube::Client> {
 /// mid-step must not act again from stale memory.
 fn run_cluster(a: RunArgs) -> Result<ExitCode> {
     use cleave::operator::datacenter::{controller as dc, leader};
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let result = rt.block_on(async move {
-        let metrics = Metrics::new()?;
-        let listener = tokio::net::TcpListener::bind(&a.metrics_addr)
-            .await
-            .with_context(|| format!("binding --metrics-addr {}", a.metrics_addr))?;
-        tracing::info!(addr = %listener.local_addr()?, "serving /metrics /healthz /readyz");
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let stop = move || {
-            let mut rx = stop_rx.clone();
-            async move {
-                let _ = rx.wait_for(|v| *v).await;
+    serving(
+        a,
+        |a,
+         Serving {
+             metrics,
+             stop,
+             http,
+         }| async move {
+            let client = kube_client(&a).await?;
+            let namespace = a.namespace.clone().unwrap_or_else(|| "default".into());
+            let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+                format!(
+                    "{}-{}",
+                    std::fs::read_to_string("/proc/sys/kernel/hostname")
+                        .unwrap_or_default()
+                        .trim(),
+                    std::process::id()
+                )
+            });
+            let election =
+                leader::Election::new(client.clone(), &namespace, &a.leader_lease, &identity);
+            tracing::info!(lease = %a.leader_lease, namespace = %namespace, identity = %identity, "cluster: standing for leader");
+            tokio::select! {
+                r = election.acquire() => r?,
+                _ = stop.wait() => {
+                    http.abort();
+                    return Ok(ExitCode::SUCCESS);
+                }
             }
-        };
-        let term_tx = stop_tx.clone();
-        tokio::spawn(async move {
-            termination().await;
-            let _ = term_tx.send(true);
-        });
-        let server = cleave::http::Server::new(listener, metrics::router(metrics.clone()));
-        let http = tokio::spawn(server.serve(stop()));
-        let client = kube_client(&a).await?;
-        let namespace = a.namespace.clone().unwrap_or_else(|| "default".into());
-        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
-            format!(
-                "{}-{}",
-                std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .unwrap_or_default()
-                    .trim(),
-                std::process::id()
-            )
-        });
-        let election = leader::Election::new(client.clone(), &namespace, &a.leader_lease, &identity);
-        tracing::info!(lease = %a.leader_lease, namespace = %namespace, identity = %identity, "cluster: standing for leader");
-        tokio::select! {
-            r = election.acquire() => r?,
-            _ = stop() => {
-                http.abort();
-                return Ok(ExitCode::SUCCESS);
-            }
-        }
-        tracing::info!(identity = %identity, "cluster: leading; DatacenterCleanups are reconciled here");
-        let (lost_tx, mut lost_rx) = tokio::sync::watch::channel(false);
-        let controller = dc::run(
-            client,
-            a.namespace.clone(),
-            metrics.clone(),
-            identity,
-            {
-                let s = stop();
+            tracing::info!(identity = %identity, "cluster: leading; DatacenterCleanups are reconciled here");
+            let (lost_tx, mut lost_rx) = tokio::sync::watch::channel(false);
+            let controller = dc::run(client, a.namespace.clone(), metrics.clone(), identity, {
+                let s = stop.wait();
                 async move {
                     tokio::select! {
                         _ = s => {}
                         _ = lost_rx.wait_for(|v| *v) => {}
                     }
                 }
-            },
-        );
-        let lost = tokio::select! {
-            _ = controller => false,
-            _ = election.hold() => true,
-        };
-        let _ = lost_tx.send(true);
-        metrics.ready.store(false, std::sync::atomic::Ordering::Relaxed);
-        http.abort();
-        if lost {
-            tracing::error!("cluster: leadership lost; exiting so that this replica stands again");
-            return Ok(ExitCode::FAILURE);
-        }
-        election.release().await;
-        Ok(ExitCode::SUCCESS)
-    });
-    rt.shutdown_timeout(Duration::from_secs(2));
-    result
+            });
+            let lost = tokio::select! {
+                _ = controller => false,
+                _ = election.hold() => true,
+            };
+            let _ = lost_tx.send(true);
+            metrics
+                .ready
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            http.abort();
+            if lost {
+                tracing::error!(
+                    "cluster: leadership lost; exiting so that this replica stands again"
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+            election.release().await;
+            Ok(ExitCode::SUCCESS)
+        },
+    )
 }

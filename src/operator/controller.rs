@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event as KEvent, EventType as KEventType, Recorder, Reporter};
@@ -89,19 +90,42 @@ impl Store for KubeStore {
     }
 
     async fn event<K: Kind>(&self, obj: &K, note: &Note) {
-        let ev = KEvent {
-            type_: match note.type_ {
-                EventType::Normal => KEventType::Normal,
-                EventType::Warning => KEventType::Warning,
-            },
-            reason: note.reason.as_str().to_string(),
-            note: Some(note.message.chars().take(1024).collect()),
-            action: K::KIND.to_string(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
-            warn!(reason = %note.reason, error = %e, "publishing an Event failed (RBAC: create on events.events.k8s.io)");
-        }
+        publish_event(
+            &self.recorder,
+            &obj.object_ref(&()),
+            note.type_,
+            note.reason.as_str(),
+            K::KIND,
+            &note.message,
+        )
+        .await;
+    }
+}
+
+/// Publishes an events.k8s.io Event on `obj`. A failure is logged, not returned: an Event
+/// is a notice beside the status, which says the same and is what controllers act on.
+pub async fn publish_event(
+    recorder: &Recorder,
+    obj: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
+    let ev = KEvent {
+        type_: match type_ {
+            EventType::Normal => KEventType::Normal,
+            EventType::Warning => KEventType::Warning,
+        },
+        reason: reason.to_string(),
+        // The apiserver refuses an events.k8s.io/v1 note over 1,024 bytes (NoteLengthLimit);
+        // this counts chars, so a note of non-ASCII text can still be refused (logged below).
+        note: Some(note.chars().take(1024).collect()),
+        action: action.to_string(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, obj).await {
+        warn!(reason = %reason, error = %e, "publishing an Event failed (RBAC: create on events.events.k8s.io)");
     }
 }
 

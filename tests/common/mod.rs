@@ -9,6 +9,7 @@ pub mod cassandra;
 pub mod k8s;
 pub mod mgmt;
 pub mod oracle_java;
+pub mod ring;
 pub mod stream;
 
 use std::path::{Path, PathBuf};

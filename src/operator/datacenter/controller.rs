@@ -11,17 +11,19 @@ use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event as KEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::crd::{DatacenterCleanup, DatacenterCleanupStatus};
+pub use super::decide::task_name;
 use super::decide::{self, ChildJob, TaskState, World};
+use crate::operator::controller::publish_event;
 use crate::operator::crd::{CleanupJob, CleanupJobSpec, Ownership};
 use crate::operator::metrics::Metrics;
-use crate::operator::status::Phase;
+use crate::operator::status::{EventType, Phase};
 use crate::reason::Reason;
 use crate::split::publish::Publish;
 
@@ -102,12 +104,6 @@ pub fn job_name(cleanup: &str, node: &str, keyspace: &str) -> String {
     let mut base = format!("{}-{}-{}", clean(cleanup), clean(node), clean(keyspace));
     base.truncate(253 - 9);
     format!("{}-{:08x}", base.trim_end_matches('-'), h as u32)
-}
-
-pub fn task_name(cleanup: &str, rack: &str) -> String {
-    let mut n = format!("{cleanup}-{}", decide::restart_task_name_suffix(rack));
-    n.truncate(253);
-    n.to_ascii_lowercase()
 }
 
 /// The racks and nodes, and the ring's state, from the CassandraDatacenter or the selector.
@@ -333,20 +329,21 @@ async fn event(
     reason: &str,
     note: String,
 ) {
-    let ev = KEvent {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.into(),
-        note: Some(note.chars().take(1024).collect()),
-        action: "DatacenterCleanup".into(),
-        secondary: None,
+    let type_ = if warning {
+        EventType::Warning
+    } else {
+        EventType::Normal
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &dcc.object_ref(&())).await {
-        warn!(error = %e, "publishing an Event failed");
-    }
+    let obj = dcc.object_ref(&());
+    publish_event(
+        &ctx.recorder,
+        &obj,
+        type_,
+        reason,
+        "DatacenterCleanup",
+        &note,
+    )
+    .await;
 }
 
 async fn write_status(
@@ -397,15 +394,10 @@ async fn fail(
     now: &str,
 ) -> Result<Action, ClusterError> {
     st.phase = Some(Phase::Failed);
-    st.reason = Some(reason.as_str().into());
-    st.message = Some(message.clone());
-    st.completion_time = Some(now.into());
     st.observed_generation = dcc.metadata.generation;
-    crate::operator::status::set_condition(
-        &mut st.conditions,
-        crate::operator::status::ConditionType::Failed,
-        true,
-        reason.into(),
+    decide::record_failure(
+        &mut st,
+        reason.as_str(),
         &message,
         dcc.metadata.generation,
         now,
@@ -436,13 +428,15 @@ async fn apply(dcc: Arc<DatacenterCleanup>, ctx: Arc<ClusterCtx>) -> Result<Acti
         Ok(w) => w,
         Err(why) => return fail(&ctx, &dcc, prev, Reason::DatacenterNotFound, why, &now).await,
     };
-    let mut step = decide::step(&dcc.spec, &prev, &world, dcc.metadata.generation, &now);
-    // The step knows each rack's task by its suffix; the status names the task itself.
-    for r in &mut step.status.racks {
-        if r.restart_task.is_some() {
-            r.restart_task = Some(task_name(&dcc.name_any(), &r.name));
-        }
-    }
+    let name = dcc.name_any();
+    let step = decide::step(
+        &name,
+        &dcc.spec,
+        &prev,
+        &world,
+        dcc.metadata.generation,
+        &now,
+    );
     let jobs: Api<CleanupJob> = Api::namespaced(ctx.client.clone(), &ns);
     for name in &step.retry {
         info!(job = %name, "a CleanupJob refused a changing ring; the ring is stable: made again");
@@ -675,17 +669,17 @@ async fn on_datacenter(
         Wanted::Nothing => {}
         Wanted::Refused(why) => {
             warn!(datacenter = %dc.name_any(), "{why}");
-            let ev = KEvent {
-                type_: EventType::Warning,
-                reason: "CleanupNotCreated".into(),
-                note: Some(why),
-                action: "DatacenterCleanup".into(),
-                secondary: None,
-            };
             let r = dc.object_ref(&datacenter_resource());
-            if let Err(e) = ctx.recorder.publish(&ev, &r).await {
-                warn!(error = %e, "publishing an Event failed");
-            }
+            let (warning, reason) = (EventType::Warning, "CleanupNotCreated");
+            publish_event(
+                &ctx.recorder,
+                &r,
+                warning,
+                reason,
+                "DatacenterCleanup",
+                &why,
+            )
+            .await;
         }
         Wanted::Cleanup(dcc) => {
             let api: Api<DatacenterCleanup> =

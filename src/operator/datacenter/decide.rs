@@ -127,8 +127,10 @@ fn node_state(spec: &DatacenterCleanupSpec, jobs: &[&ChildJob]) -> NodeState {
     }
 }
 
-/// The next step. `prev` is the status so far (start time, conditions' transition times).
+/// The next step of the DatacenterCleanup `name`. `prev` is the status so far (start time,
+/// conditions' transition times).
 pub fn step(
+    name: &str,
     spec: &DatacenterCleanupSpec,
     prev: &DatacenterCleanupStatus,
     world: &World,
@@ -162,6 +164,9 @@ pub fn step(
             states.push((rack.clone(), node.clone(), s, names));
         }
     }
+    // Reversed so that a node listed twice reads as its first entry, as a scan would.
+    let by_node: BTreeMap<&str, &NodeState> =
+        states.iter().rev().map(|s| (s.1.as_str(), &s.2)).collect();
     let count = |f: &dyn Fn(&NodeState) -> bool| states.iter().filter(|s| f(&s.2)).count() as u32;
     st.nodes = NodeCounts {
         total: states.len() as u32,
@@ -244,11 +249,9 @@ pub fn step(
         Some((rack, nodes)) => {
             st.current_rack = Some(rack.clone());
             let of = |node: &String| {
-                states
-                    .iter()
-                    .find(|s| &s.1 == node)
-                    .map(|s| s.2.clone())
-                    .unwrap_or(NodeState::Pending)
+                by_node
+                    .get(node.as_str())
+                    .map_or(NodeState::Pending, |s| (*s).clone())
             };
             let running = nodes.iter().filter(|n| of(n) == NodeState::Running).count();
             let settled = nodes.iter().all(|n| of(n).settled());
@@ -334,7 +337,7 @@ pub fn step(
                 state: state.into(),
                 restart_task: (world.tasks.contains_key(r)
                     || out.restart.as_deref() == Some(r.as_str()))
-                .then(|| restart_task_name_suffix(r)),
+                .then(|| task_name(name, r)),
             }
         })
         .collect();
@@ -384,18 +387,13 @@ pub fn step(
         g,
         now,
     );
+    st.phase = Some(phase);
     if let Some((reason, message)) = &failure {
-        let why = reason
-            .parse::<Reason>()
-            .map(Why::Failure)
-            .unwrap_or(Why::Failure(Reason::CheckFailed));
-        set_condition(conds, ConditionType::Failed, true, why, message, g, now);
-        st.reason = Some(reason.clone());
-        st.message = Some(message.clone());
+        record_failure(st, reason, message, g, now);
     }
     if phase == Phase::Complete {
         set_condition(
-            conds,
+            &mut st.conditions,
             ConditionType::Complete,
             true,
             Why::Milestone(Milestone::Completed),
@@ -403,17 +401,52 @@ pub fn step(
             g,
             now,
         );
+        if st.completion_time.is_none() {
+            st.completion_time = Some(now.into());
+        }
     }
-    if matches!(phase, Phase::Complete | Phase::Failed) && st.completion_time.is_none() {
-        st.completion_time = Some(now.into());
-    }
-    st.phase = Some(phase);
     out
 }
 
-/// The suffix of a rack's restart task name (`<cleanup>-restart-<rack>`).
-pub fn restart_task_name_suffix(rack: &str) -> String {
-    format!("restart-{rack}")
+/// A failure into the status: `reason`, `message` and the Failed condition; the completion
+/// time too once the phase is Failed. Under `failurePolicy: Continue` (or while the failed
+/// rack finishes what runs) the failure is recorded while the phase is still Running.
+/// `reason` may be a child CleanupJob's that is none of cleave's reasons (a failed job that
+/// gave none reads `Failed`): the condition then says CheckFailed, `status.reason` keeps it.
+pub fn record_failure(
+    st: &mut DatacenterCleanupStatus,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &str,
+) {
+    let why = reason
+        .parse::<Reason>()
+        .map(Why::Failure)
+        .unwrap_or(Why::Failure(Reason::CheckFailed));
+    let conds = &mut st.conditions;
+    set_condition(
+        conds,
+        ConditionType::Failed,
+        true,
+        why,
+        message,
+        generation,
+        now,
+    );
+    st.reason = Some(reason.into());
+    st.message = Some(message.into());
+    if st.phase == Some(Phase::Failed) && st.completion_time.is_none() {
+        st.completion_time = Some(now.into());
+    }
+}
+
+/// The name of a rack's restart task (a CassandraTask): `<cleanup>-restart-<rack>`, cut to
+/// the 253 characters of a DNS subdomain name and lowercased as object names must be.
+pub fn task_name(cleanup: &str, rack: &str) -> String {
+    let mut n = format!("{cleanup}-restart-{rack}");
+    n.truncate(253);
+    n.to_ascii_lowercase()
 }
 
 #[cfg(test)]
@@ -454,7 +487,14 @@ mod tests {
     }
 
     fn run(s: &DatacenterCleanupSpec, w: &World) -> Step {
-        step(s, &DatacenterCleanupStatus::default(), w, Some(1), NOW)
+        step(
+            "dcc",
+            s,
+            &DatacenterCleanupStatus::default(),
+            w,
+            Some(1),
+            NOW,
+        )
     }
 
     #[test]
