@@ -603,6 +603,33 @@ mod tests {
         keys
     }
 
+    /// The trie of `keys` (from `sorted_keys`), each at `pos(i)`, as the parent's Partitions.db.
+    fn trie_of(keys: &[(Vec<u8>, Vec<u8>)], pos: impl Fn(usize) -> IndexPos) -> Vec<u8> {
+        let mut w = PartitionIndexWriter::new(Vec::new());
+        for (i, (c, k)) in keys.iter().enumerate() {
+            w.add(c, keys::hash_byte(k), pos(i)).unwrap();
+        }
+        w.finish(Some((&keys[0].1, &keys[keys.len() - 1].1)))
+            .unwrap()
+    }
+
+    /// A random bound: a Murmur3 token bound (half the time, for Murmur3), else a key of
+    /// the table cut anywhere (equal to a stored prefix, inside one, or past a whole key).
+    fn random_bound(
+        partitioner: Partitioner,
+        keys: &[(Vec<u8>, Vec<u8>)],
+        seed: &mut u64,
+    ) -> Vec<u8> {
+        let r = next(seed);
+        if partitioner == Partitioner::Murmur3 && r.is_multiple_of(2) {
+            keys::murmur3_token_bound(next(seed) as i64).to_vec()
+        } else {
+            let k = &keys[(r % keys.len() as u64) as usize].0;
+            let cut = 1 + (next(seed) % k.len() as u64) as usize;
+            k[..cut].to_vec()
+        }
+    }
+
     /// A child's trie built from its parent's stored prefixes, with only its first and
     /// last key (and any fillers before them) in full, is byte for byte the trie built
     /// from every full key: interior keys keep their neighbours, so their prefixes; the
@@ -613,12 +640,7 @@ mod tests {
         for partitioner in [Partitioner::Murmur3, Partitioner::ByteOrdered] {
             let keys = sorted_keys(partitioner, 20_000);
             let n = keys.len();
-            let pos = |i: usize| IndexPos::Data(i as u64 * 1000);
-            let mut w = PartitionIndexWriter::new(Vec::new());
-            for (i, (c, k)) in keys.iter().enumerate() {
-                w.add(c, keys::hash_byte(k), pos(i)).unwrap();
-            }
-            let parent = w.finish(Some((&keys[0].1, &keys[n - 1].1))).unwrap();
+            let parent = trie_of(&keys, |i| IndexPos::Data(i as u64 * 1000));
             let index = PartitionIndex::parse(Path::new("Partitions.db"), &parent).unwrap();
             let entries: Vec<_> = index.entries().collect::<Result<_>>().unwrap();
             assert_eq!(entries.len(), n);
@@ -670,28 +692,12 @@ mod tests {
         let mut seed = 0x2545_F491_4F6C_DD1Du64;
         for partitioner in [Partitioner::Murmur3, Partitioner::ByteOrdered] {
             let keys = sorted_keys(partitioner, 5_000);
-            let mut w = PartitionIndexWriter::new(Vec::new());
-            for (i, (c, k)) in keys.iter().enumerate() {
-                w.add(c, keys::hash_byte(k), IndexPos::Data(i as u64))
-                    .unwrap();
-            }
-            let bytes = w
-                .finish(Some((&keys[0].1, &keys[keys.len() - 1].1)))
-                .unwrap();
+            let bytes = trie_of(&keys, |i| IndexPos::Data(i as u64));
             let index = PartitionIndex::parse(Path::new("Partitions.db"), &bytes).unwrap();
             let entries: Vec<_> = index.entries().collect::<Result<_>>().unwrap();
             let mut bounds: Vec<Vec<u8>> = Vec::new();
             for _ in 0..200 {
-                let r = next(&mut seed);
-                if partitioner == Partitioner::Murmur3 && r.is_multiple_of(2) {
-                    bounds.push(keys::murmur3_token_bound(next(&mut seed) as i64).to_vec());
-                } else {
-                    // A key of the table, cut anywhere: bounds equal to a stored prefix,
-                    // inside one, and past a whole key.
-                    let k = &keys[(r % keys.len() as u64) as usize].0;
-                    let cut = 1 + (next(&mut seed) % k.len() as u64) as usize;
-                    bounds.push(k[..cut].to_vec());
-                }
+                bounds.push(random_bound(partitioner, &keys, &mut seed));
             }
             bounds.push(keys::murmur3_token_bound(i64::MIN).to_vec());
             bounds.push(keys::murmur3_token_bound(i64::MAX).to_vec());
@@ -725,27 +731,11 @@ mod tests {
         let mut seed = 0x1234_5678_9ABC_DEF1u64;
         for partitioner in [Partitioner::Murmur3, Partitioner::ByteOrdered] {
             let keys = sorted_keys(partitioner, 8_000);
-            let mut w = PartitionIndexWriter::new(Vec::new());
-            for (i, (c, k)) in keys.iter().enumerate() {
-                w.add(c, keys::hash_byte(k), IndexPos::Data(i as u64))
-                    .unwrap();
-            }
-            let bytes = w
-                .finish(Some((&keys[0].1, &keys[keys.len() - 1].1)))
-                .unwrap();
+            let bytes = trie_of(&keys, |i| IndexPos::Data(i as u64));
             let index = PartitionIndex::parse(Path::new("Partitions.db"), &bytes).unwrap();
             for round in 0..40 {
                 let mut bounds: Vec<Vec<u8>> = (0..1 + round % 9)
-                    .map(|_| {
-                        let r = next(&mut seed);
-                        if partitioner == Partitioner::Murmur3 && r.is_multiple_of(2) {
-                            keys::murmur3_token_bound(next(&mut seed) as i64).to_vec()
-                        } else {
-                            let k = &keys[(r % keys.len() as u64) as usize].0;
-                            let cut = 1 + (next(&mut seed) % k.len() as u64) as usize;
-                            k[..cut].to_vec()
-                        }
-                    })
+                    .map(|_| random_bound(partitioner, &keys, &mut seed))
                     .collect();
                 if round == 0 {
                     bounds = vec![vec![0x00], vec![0xFF; 12]];
