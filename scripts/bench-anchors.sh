@@ -92,17 +92,6 @@ restore() {
   cp --reflink=always "$2"/* "$1"/
 }
 
-# timed LABEL CMD...: one TSV row from GNU time (wall, user, sys, maxrss KiB, blocks in/out).
-TSV=$WORK/rows.tsv
-timed() {
-  local label=$1 t; shift
-  t=$WORK/time.out
-  /usr/bin/time -o "$t" -f '%e\t%U\t%S\t%M\t%I\t%O' "$@" >"$WORK/cmd.log" 2>&1 \
-    || { cat "$WORK/cmd.log" >&2; echo "$label failed" >&2; exit 1; }
-  awk -v l="$label" -v ld="$(load1)" -F'\t' \
-    '{ printf "%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%s\n", l, $1, $2, $3, $4/1024, $5/2048, $6/2048, ld }' "$t" | tee -a "$TSV"
-}
-
 run_split() {
   local size node table_dir pristine parent mb i children
   echo "# $(uname -r), $(nproc) cores, loop $DEV (direct-io) on $(df --output=source "$WORK" | tail -1), Cassandra $V"
@@ -162,20 +151,10 @@ EOF
 # node B joins with token 2^63-1, so A owns (-2^63, 0] — about half of each table — and streams
 # the rest to B. `nodetool cleanup oracle <table i>` on A (B up and idle) is timed against
 # `cleave cleanup --owned-ranges (-2^63, 0] --publish replace` of a reflink copy of A's table i
-# (Cassandra's own files, in a table-shaped directory no Cassandra reads), cold each time.
-# nodetool is a JMX client: the work is the node's, so the node's CPU (/proc/PID/stat) and I/O
-# (/proc/PID/io) deltas over the command are reported beside the client's wall.
-node_cpu_io() { # PID -> "cpu_seconds read_bytes write_bytes"
-  python3 -c '
-import os, sys
-pid = sys.argv[1]
-f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-cpu = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-io = dict(l.split(": ") for l in open(f"/proc/{pid}/io").read().splitlines())
-print(cpu, int(io["read_bytes"]), int(io["write_bytes"]))' "$1"
-}
+# (Cassandra's own files, in a table-shaped directory no Cassandra reads), cold each time
+# (nodetool's CPU and I/O are the node's: timed_nodetool_cleanup in bench-lib.sh).
 run_cleanup() {
-  local size=$SIZES bytes partitions gen a b apid i t table_dir copy t0 t1 c0 c1 r0 r1 w0 w1 ranges
+  local size=$SIZES bytes partitions gen a b i t table_dir copy ranges
   echo "# $(uname -r), $(nproc) cores, loop $DEV (direct-io) on $(df --output=source "$WORK" | tail -1), Cassandra $V, two nodes"
   # nodetool's rows: the node's CPU (user+sys) in user_s, `-` for sys_s and peak_rss_mib.
   printf 'size\ttool\twall_s\tuser_s\tsys_s\tpeak_rss_mib\tread_mib\twritten_mib\tload1\n'
@@ -203,7 +182,6 @@ run_cleanup() {
   start_node "$b" --listen 127.0.0.2 --seeds "127.0.0.1:$(env_of "$a" STORAGE_PORT)" \
     --initial-token 9223372036854775807
   "$CT" nodetool "$a" status >&2
-  apid=$(env_of "$a" PID)
   ranges=$WORK/owned.yaml
   echo '- {start: "-9223372036854775808", end: "0"}' >"$ranges"
   for i in $(seq "$ITER"); do
@@ -218,34 +196,11 @@ run_cleanup() {
     printf '%s\t' "$size" | tee -a "$TSV"
     timed cleave "$CLEAVE" cleanup "$copy" --owned-ranges "$ranges" --publish replace
     log "cleave left $(ls "$copy"/*-Data.db | wc -l) sstable(s), $(cat "$copy"/*-Data.db | wc -c) bytes of Data.db"
-    cold
-    read -r c0 r0 w0 <<<"$(node_cpu_io "$apid")"
-    t0=$(date +%s.%N)
-    "$CT" nodetool "$a" cleanup oracle "$t" >&2
-    t1=$(date +%s.%N)
-    read -r c1 r1 w1 <<<"$(node_cpu_io "$apid")"
-    python3 -c 'import sys; s,t0,t1,c0,c1,r0,r1,w0,w1,ld=sys.argv[1:]; print(f"{s}\tnodetool-cleanup\t{float(t1)-float(t0):.2f}\t{float(c1)-float(c0):.2f}\t-\t-\t{(int(r1)-int(r0))/2**20:.1f}\t{(int(w1)-int(w0))/2**20:.1f}\t{ld}")' \
-      "$size" "$t0" "$t1" "$c0" "$c1" "$r0" "$r1" "$w0" "$w1" "$(load1)" | tee -a "$TSV"
+    timed_nodetool_cleanup "$size" "$a" "$t"
     log "nodetool cleanup left $(ls "$table_dir"/*-Data.db | wc -l) sstable(s), $(cat "$table_dir"/*-Data.db | wc -c) bytes of Data.db"
   done
   echo
-  echo "# medians (and the nodetool-cleanup/cleave ratio of medians; nodetool's CPU and I/O are the node's)"
-  python3 - "$TSV" <<'EOF'
-import sys, statistics as st
-rows = {}
-for line in open(sys.argv[1]):
-    f = line.rstrip('\n').split('\t')
-    if len(f) < 9: continue
-    sys_s = 0.0 if f[4] == '-' else float(f[4])
-    rows.setdefault(f[1], []).append([float(f[2]), float(f[3]) + sys_s, float(f[6]), float(f[7])])
-names = ['wall_s', 'cpu_s', 'read_mib', 'written_mib']
-med = {k: [st.median(x[i] for x in r) for i in range(4)] for k, r in rows.items()}
-for k, m in med.items():
-    print(k, ' '.join(f'{n}={v:.3f}' for n, v in zip(names, m)))
-if len(med) == 2:
-    a, b = med['nodetool-cleanup'], med['cleave']
-    print('ratio', ' '.join(f'{n}={x / y:.1f}x' if y else f'{n}=inf' for n, x, y in zip(names, a, b)))
-EOF
+  cleanup_medians
 }
 case $MODE in
   split) run_split ;;

@@ -89,24 +89,7 @@ for l in sys.stdin:
     n += int(f["count"]); e += int(f["empty"]); s = (s + int(f["sum"])) % 2**64; x ^= int(f["xor"])
 print(f"count={n} sum={s} xor={x} empty={e}")'
 }
-node_cpu_io() { # PID -> "cpu_seconds read_bytes write_bytes"
-  python3 -c '
-import os, sys
-pid = sys.argv[1]
-f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-cpu = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-io = dict(l.split(": ") for l in open(f"/proc/{pid}/io").read().splitlines())
-print(cpu, int(io["read_bytes"]), int(io["write_bytes"]))' "$1"
-}
-TSV=$WORK/rows.tsv
-timed() { # LABEL CMD...: one TSV row from GNU time
-  local label=$1 t; shift
-  t=$WORK/time.out
-  /usr/bin/time -o "$t" -f '%e\t%U\t%S\t%M\t%I\t%O' "$@" >"$WORK/cmd.log" 2>&1 \
-    || { cat "$WORK/cmd.log" >&2; echo "$label failed" >&2; exit 1; }
-  awk -v l="$label" -v ld="$(load1)" -v s="$SIZE" -F'\t' \
-    '{ printf "%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%s\n", s, l, $1, $2, $3, $4/1024, $5/2048, $6/2048, ld }' "$t" | tee -a "$TSV"
-}
+
 check_equal() { # WHAT A B
   if [ "$2" = "$3" ]; then log "equal: $1 ($2)"; else echo "DIFFERENT: $1: $2 vs $3" >&2; FAILED=1; fi
 }
@@ -169,17 +152,9 @@ check_equal "B's sstables, n1 = c1" "$B_N1" "$B_C1"
 say "read"
 
 printf 'size\ttool\twall_s\tuser_s\tsys_s\tpeak_rss_mib\tread_mib\twritten_mib\tload1\n'
-apid=$(env_of "$a" PID)
 for i in $(seq "$ITER"); do
   t=n$i
-  cold
-  read -r c0 r0 w0 <<<"$(node_cpu_io "$apid")"
-  t0=$(date +%s.%N)
-  "$CT" nodetool "$a" cleanup oracle "$t" >&2
-  t1=$(date +%s.%N)
-  read -r c1 r1 w1 <<<"$(node_cpu_io "$apid")"
-  python3 -c 'import sys; s,t0,t1,c0,c1,r0,r1,w0,w1,ld=sys.argv[1:]; print(f"{s}\tnodetool-cleanup\t{float(t1)-float(t0):.2f}\t{float(c1)-float(c0):.2f}\t-\t-\t{(int(r1)-int(r0))/2**20:.1f}\t{(int(w1)-int(w0))/2**20:.1f}\t{ld}")' \
-    "$SIZE" "$t0" "$t1" "$c0" "$c1" "$r0" "$r1" "$w0" "$w1" "$(load1)" | tee -a "$TSV"
+  timed_nodetool_cleanup "$SIZE" "$a" "$t"
   say "nodetool cleanup of $t left $(ls "$(table_dir "$a" "$t")"/*-Data.db | wc -l) sstable(s), $(cat "$(table_dir "$a" "$t")"/*-Data.db | wc -c) bytes of Data.db"
 done
 
@@ -196,6 +171,7 @@ fi
 c1_dir=$(table_dir "$a" c1)
 for i in $(seq "$ITER"); do
   cold
+  printf '%s\t' "$SIZE" | tee -a "$TSV"
   timed cleave "$CLEAVE" cleanup "$c1_dir" --owned-ranges "$ranges" --publish on-restart \
     --job-uid "bench-$i" --target-cassandra "$V"
   say "cleave staged $(ls "$c1_dir/.cleave-pending/bench-$i"/children-*/*-Data.db 2>/dev/null | wc -l) child(ren) in .cleave-pending/bench-$i"
@@ -205,6 +181,7 @@ done
 say "A restarts: drain, apply-pending, start"
 "$CT" stop "$a" >/dev/null
 cold
+printf '%s\t' "$SIZE" | tee -a "$TSV"
 timed apply-pending "$CLEAVE" apply-pending --data-dir "$(env_of "$a" DATA_DIR)"
 start_node "$a"
 say "cleave's publication left $(ls "$c1_dir"/*-Data.db | wc -l) sstable(s), $(cat "$c1_dir"/*-Data.db | wc -c) bytes of Data.db"
@@ -221,22 +198,6 @@ say "A's sstables read after: n1 (nodetool) $A_N1; c1 (cleave) $A_C1"
 check_equal "A's rows after, nodetool = cleave" "${A_N1% empty=*}" "${A_C1% empty=*}"
 
 echo
-echo "# medians (and the nodetool-cleanup/cleave ratio of medians; nodetool's CPU and I/O are the node's)"
-python3 - "$TSV" <<'EOF'
-import sys, statistics as st
-rows = {}
-for line in open(sys.argv[1]):
-    f = line.rstrip('\n').split('\t')
-    if len(f) < 9 or f[1] == 'apply-pending': continue
-    sys_s = 0.0 if f[4] == '-' else float(f[4])
-    rows.setdefault(f[1], []).append([float(f[2]), float(f[3]) + sys_s, float(f[6]), float(f[7])])
-names = ['wall_s', 'cpu_s', 'read_mib', 'written_mib']
-med = {k: [st.median(x[i] for x in r) for i in range(4)] for k, r in rows.items()}
-for k, m in med.items():
-    print(k, ' '.join(f'{n}={v:.3f}' for n, v in zip(names, m)))
-if 'nodetool-cleanup' in med and 'cleave' in med:
-    a, b = med['nodetool-cleanup'], med['cleave']
-    print('ratio', ' '.join(f'{n}={x / y:.1f}x' if y else f'{n}=inf' for n, x, y in zip(names, a, b)))
-EOF
+cleanup_medians apply-pending
 [ "$FAILED" = 0 ] || { echo "rows differ (above)" >&2; exit 1; }
 echo "# rows: equal on both paths"
