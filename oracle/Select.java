@@ -36,6 +36,8 @@ import com.datastax.driver.core.TableMetadata;
 import com.datastax.driver.core.policies.RoundRobinPolicy;
 import com.datastax.driver.core.policies.WhiteListPolicy;
 
+import org.apache.cassandra.utils.ByteBufferUtil;
+
 public final class Select {
     public static void main(String[] args) throws Exception {
         Map<String, String> o = new HashMap<>();
@@ -82,7 +84,7 @@ public final class Select {
                         b.append('\t');
                     }
                     Object v = r.getObject(i);
-                    b.append(v instanceof ByteBuffer ? hex((ByteBuffer) v) : String.valueOf(v));
+                    b.append(v instanceof ByteBuffer ? ByteBufferUtil.bytesToHex((ByteBuffer) v) : String.valueOf(v));
                 }
                 long x = ByteBuffer.wrap(md5.digest(b.toString().getBytes(StandardCharsets.UTF_8))).getLong();
                 count++;
@@ -94,14 +96,6 @@ public final class Select {
         }
         System.out.println("## count=" + count + " sum=" + Long.toUnsignedString(sum) + " xor=" + Long.toUnsignedString(xor));
         System.exit(0);
-    }
-
-    static String hex(ByteBuffer v) {
-        StringBuilder b = new StringBuilder(v.remaining() * 2);
-        for (int i = v.position(); i < v.limit(); i++) {
-            b.append(Character.forDigit((v.get(i) >> 4) & 0xf, 16)).append(Character.forDigit(v.get(i) & 0xf, 16));
-        }
-        return b.toString();
     }
 
     static void usage() {
