@@ -357,20 +357,14 @@ const OPS: [&str; 8] = [
 ];
 
 /// Each operation again with the other target (issue 30: both targets for every
-/// operation): `(variant, operation)`, the node's version for `tokens`, `anti`, `clean`
-/// and `acj`, the default for `strm`. A target decides one thing,
+/// operation): the node's version for `tokens`, `anti`, `clean` and `acj` (`<op>own`), the
+/// default for `strm` (`strmdef`). A target decides one thing,
 /// `TargetCassandra::scans_data_from_zero`, which is the default's answer for a node that
 /// reads Data.db from position 0 (5.0.5+): there the node's version makes the default's
 /// children byte for byte (asserted, [`assert_same_children`]), which the node judges under
 /// the operation's own table; elsewhere (5.0.4, 4.x: a dead prefix kept) the variant is
 /// imported and judged under its own table.
-const OTHER_TARGET: [(&str, &str); 5] = [
-    ("tokown", "tokens"),
-    ("antiown", "anti"),
-    ("cleanown", "clean"),
-    ("acjown", "acj"),
-    ("strmdef", "strm"),
-];
+const OTHER_TARGET: [&str; 5] = ["tokown", "antiown", "cleanown", "acjown", "strmdef"];
 
 /// The tables the node imports and judges on `version`: every operation, and the other
 /// target's variants where they make other bytes (always `strmdef`: the receiver imports
@@ -379,8 +373,7 @@ fn ops(version: &str) -> Vec<&'static str> {
     let mut v = OPS.to_vec();
     v.extend(
         OTHER_TARGET
-            .iter()
-            .map(|(variant, _)| *variant)
+            .into_iter()
             .filter(|o| !linear_reader(version) || *o == "strmdef"),
     );
     v
@@ -396,6 +389,18 @@ fn own_target(version: &str) -> Vec<&str> {
         v.extend(["--digest", "combine"]);
     }
     v
+}
+
+/// The node's-version children `own` of an operation whose default-target children are in
+/// `default`: on a node that reads from position 0 they must be the same bytes (nothing
+/// more to import), elsewhere they are imported as a table of their own.
+fn to_import(version: &str, what: &str, default: &Path, own: PathBuf) -> Option<PathBuf> {
+    if linear_reader(version) {
+        assert_same_children(&format!("{version} {what}"), default, &own);
+        None
+    } else {
+        Some(own)
+    }
 }
 
 /// The files below `a` and below `b` (the default target's children and the node's
@@ -662,9 +667,7 @@ fn live(version: &str, format: Written) {
         let mut a = vec!["--tokens", cut.as_str()];
         a.extend(own_target(version));
         cleave(&split_args(parent, &own, &a));
-        if linear_reader(version) {
-            assert_same_children(&format!("{version} {} tokens", f.name), &d, &own);
-        } else {
+        if let Some(own) = to_import(version, &format!("{} tokown", f.name), &d, own) {
             case("tokown", vec![own], &all, true);
         }
         case("tokens", vec![d], &all, false);
@@ -702,9 +705,7 @@ fn live(version: &str, format: Written) {
             &own,
             &[&anti[..], &own_target(version)].concat(),
         ));
-        if linear_reader(version) {
-            assert_same_children(&format!("{version} {} anti", f.name), &d, &own);
-        } else {
+        if let Some(own) = to_import(version, &format!("{} antiown", f.name), &d, own) {
             case("antiown", vec![own], &all, true);
         }
         case("anti", vec![d], &all, false);
@@ -732,9 +733,7 @@ fn live(version: &str, format: Written) {
         };
         let d = cleanup(&work, "clean", &[]);
         let own = cleanup(&work.join("own"), "cleanown", &own_target(version));
-        if linear_reader(version) {
-            assert_same_children(&format!("{version} {} cleanup", f.name), &d, &own);
-        } else {
+        if let Some(own) = to_import(version, &format!("{} cleanown", f.name), &d, own) {
             case("cleanown", vec![own], &mid, true);
         }
         case("clean", vec![d], &mid, false);
@@ -778,27 +777,20 @@ fn live(version: &str, format: Written) {
     let default = local_anticompaction_jobs(version, &fams, &parents, &work, None);
     let own = local_anticompaction_jobs(version, &fams, &parents, &work, Some(version));
     for ((i, dir), (_, own)) in default.into_iter().zip(own) {
-        if linear_reader(version) {
-            let what = format!("{version} {} AnticompactionJob", fams[i].name);
-            assert_same_children(&what, &dir, &own);
-        } else {
+        let mut case = |op: &'static str, children: PathBuf, dead_prefix| {
             cases.push(Case {
-                table: format!("{}_acjown", fams[i].name),
+                table: format!("{}_{op}", fams[i].name),
                 family: i,
-                op: "acjown",
-                children: vec![own],
+                op,
+                children: vec![children],
                 expected: parent_rows[i].clone(),
-                dead_prefix: true,
-            });
+                dead_prefix,
+            })
+        };
+        if let Some(own) = to_import(version, &format!("{} acjown", fams[i].name), &dir, own) {
+            case("acjown", own, true);
         }
-        cases.push(Case {
-            table: format!("{}_acj", fams[i].name),
-            family: i,
-            op: "acj",
-            children: vec![dir],
-            expected: parent_rows[i].clone(),
-            dead_prefix: false,
-        });
+        case("acj", dir, false);
     }
     clock.lap("cleave run --local: the AnticompactionJobs");
 
