@@ -1363,3 +1363,228 @@ fn oracle_catches_a_row_filler_one_byte_short() {
         }
     }
 }
+
+/// A trie-only BTI split (`--bti-keys trie`, the default: Partitions.db's prefixes, Data.db
+/// read only at the cuts) writes the very children a key-reading one (`--bti-keys data`)
+/// writes — every file but Filter.db byte for byte, Partitions.db included — for every
+/// family's Cassandra-written parent, by `--parts`, `--tokens`, anticompaction and cleanup
+/// (token cuts placed on real tokens, where a prefix cannot place its key). Filter.db is the
+/// parent's (plus the child's fillers), which holds every key of the child. The matrices
+/// judge trie-only children by Cassandra; this ties them to the key-reading path.
+#[test]
+fn oracle_bti_trie_only_children_equal_the_key_reading_ones() {
+    let test = "oracle_bti_trie_only_children_equal_the_key_reading_ones";
+    let Some(wr) = oracle_for(test, "5.0") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let mut parents: Vec<(String, WriteOpts)> = FAMILIES
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            (
+                f.to_string(),
+                WriteOpts {
+                    format: "bti",
+                    ..write_opts(i)
+                },
+            )
+        })
+        .collect();
+    // Partitions with a Rows.db row index.
+    parents.push((
+        "blob_ck".into(),
+        WriteOpts {
+            partitions: 300,
+            rows: 160,
+            ..big_parent_opts("bti")
+        },
+    ));
+    let mut compared = 0;
+    let mut with_fillers = 0;
+    for (n, (f, o)) in parents.iter().enumerate() {
+        let cached = wr.write_parent(f, o);
+        let src = table_dir(&work.path().join(format!("p{n}")), f);
+        let files = copy_table(&cached, &src);
+        let parent = &files[0];
+        let t = cleave::sstable::SSTable::open(parent).unwrap();
+        let mut tokens = Vec::new();
+        let ps = t.partition_source().unwrap();
+        let mut r = ps.reader(&t).unwrap();
+        while let Some(e) = r.next_entry().unwrap() {
+            if let cleave::sstable::token::Token::Murmur3(v) = t.partitioner.token(e.key) {
+                tokens.push(v);
+            }
+        }
+        let q = |x: f64| tok(&tokens, x);
+        let owned = work.path().join(format!("owned{n}.yaml"));
+        std::fs::write(
+            &owned,
+            format!(
+                "- {{start: \"{}\", end: \"{}\"}}\n- {{start: \"{}\", end: \"{}\"}}\n",
+                q(0.1),
+                q(0.35),
+                q(0.65),
+                q(0.9)
+            ),
+        )
+        .unwrap();
+        let anti = work.path().join(format!("anti{n}.yaml"));
+        std::fs::write(
+            &anti,
+            format!("- {{start: \"{}\", end: \"{}\"}}\n", q(0.35), q(0.65)),
+        )
+        .unwrap();
+        let toks = format!("{},{},{}", q(0.2), q(0.5), q(0.8));
+        let ops: Vec<(&str, Vec<String>)> = vec![
+            ("parts", vec!["--parts".into(), "4".into()]),
+            ("tokens", vec!["--tokens".into(), toks]),
+            (
+                "anti",
+                vec![
+                    "--ranges".into(),
+                    anti.display().to_string(),
+                    "--repaired-at".into(),
+                    "1700000000123".into(),
+                ],
+            ),
+            ("cleanup", vec![]),
+        ];
+        for (op, args) in ops {
+            let mut kids = Vec::new();
+            for keys in ["trie", "data"] {
+                let out = table_dir(&work.path().join(format!("{n}-{op}-{keys}")), f);
+                let mut a: Vec<String> = if op == "cleanup" {
+                    let s = table_dir(&work.path().join(format!("{n}-{op}-{keys}-src")), f);
+                    copy_table(&src, &s);
+                    vec![
+                        "cleanup".into(),
+                        s.display().to_string(),
+                        "--owned-ranges".into(),
+                        owned.display().to_string(),
+                        "--publish".into(),
+                        "stage".into(),
+                    ]
+                } else {
+                    let mut v = vec!["split".into(), parent.display().to_string()];
+                    v.extend(args.iter().cloned());
+                    v
+                };
+                a.extend([
+                    "--out".into(),
+                    out.display().to_string(),
+                    "--bti-keys".into(),
+                    keys.into(),
+                    "--json".into(),
+                ]);
+                let a: Vec<&std::ffi::OsStr> = a.iter().map(|x| s(x.as_str())).collect();
+                run(&a).unwrap_or_else(|e| panic!("{f} {op} --bti-keys {keys}: {e}"));
+                kids.push(out);
+            }
+            let names = |d: &Path| -> Vec<String> {
+                let mut v: Vec<String> = std::fs::read_dir(d)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+                    .collect();
+                v.sort();
+                v
+            };
+            let (trie, data) = (&kids[0], &kids[1]);
+            assert_eq!(names(trie), names(data), "{f} {op}");
+            assert!(!names(trie).is_empty(), "{f} {op}: no child");
+            for name in names(trie) {
+                let a = std::fs::read(trie.join(&name)).unwrap();
+                let b = std::fs::read(data.join(&name)).unwrap();
+                if name.ends_with("-Filter.db") {
+                    let data_db = name.replace("-Filter.db", "-Data.db");
+                    let child = cleave::sstable::SSTable::open(&trie.join(data_db)).unwrap();
+                    let rep = child
+                        .check(cleave::sstable::table::CheckLevel::Full, &mut |_| {})
+                        .unwrap_or_else(|e| panic!("{f} {op} {name}: {e}"));
+                    if rep.empty_partitions == 0 {
+                        assert_eq!(a, std::fs::read(sibling(parent, "Filter.db")).unwrap());
+                    } else {
+                        with_fillers += 1;
+                    }
+                } else {
+                    assert!(
+                        a == b,
+                        "{f} {op}: {name} differs between --bti-keys trie and data"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{test}: {compared} files equal, {with_fillers} children with fillers");
+    assert!(with_fillers > 0, "some child starts with fillers");
+}
+
+/// Negative controls of the trie-only check (`split::trie_only::check_child`), which reads no
+/// key but each child's first and last: a child whose Partitions.db lost one entry, and one
+/// whose entry points at a neighbouring partition, are refused (`CheckFailed`) before
+/// anything is published; the undamaged write passes.
+#[test]
+fn oracle_bti_trie_only_check_catches_a_wrong_child_trie() {
+    use cleave::reason::Reason;
+    use cleave::split::parent::Parent;
+    use cleave::split::plan::{PlanSource, Policy};
+    use cleave::split::spec::Cut;
+    use cleave::sstable::bti::{IndexPos, PartitionIndex, PartitionIndexWriter};
+    use cleave::sstable::Component;
+    let test = "oracle_bti_trie_only_check_catches_a_wrong_child_trie";
+    let Some(wr) = oracle_for(test, "5.0") else {
+        return;
+    };
+    let f = FAMILIES[0];
+    let o = WriteOpts {
+        format: "bti",
+        ..write_opts(0)
+    };
+    let work = tempfile::tempdir().unwrap();
+    let cached = wr.write_parent(f, &o);
+    let files = copy_table(&cached, &table_dir(&work.path().join("p"), f));
+    let p = Parent::open(&files[0]).unwrap();
+    let plan = p.plan(&Cut::Parts(3), &Policy::default()).unwrap();
+    assert_eq!(plan.source, PlanSource::PartitionsTrie);
+    // damage: 0 none; the middle entry (a partition of the parent's, not a filler) 1
+    // dropped, 2 with another hash byte, 3 one byte further into its partition (the trie
+    // stays well-formed, positions increasing).
+    for damage in 0..4 {
+        let out = work.path().join(format!("out{damage}"));
+        std::fs::create_dir(&out).unwrap();
+        let staged = plan.write(&out).unwrap();
+        let path = staged.descriptors()[1].path(&Component::Partitions);
+        let bytes = std::fs::read(&path).unwrap();
+        let index = PartitionIndex::parse(&path, &bytes).unwrap();
+        let entries: Vec<_> = index.entries().map(|e| e.unwrap()).collect();
+        assert!(entries.len() > 3);
+        let mid = entries.len() / 2;
+        if damage > 0 {
+            let mut w = PartitionIndexWriter::new(Vec::new());
+            for (i, e) in entries.iter().enumerate() {
+                let hash = e.hash.unwrap();
+                match (damage, i == mid, e.pos) {
+                    (1, true, _) => {}
+                    (2, true, pos) => w.add(&e.prefix, hash ^ 1, pos).unwrap(),
+                    (3, true, IndexPos::Data(p)) => {
+                        w.add(&e.prefix, hash, IndexPos::Data(p + 1)).unwrap()
+                    }
+                    (_, _, pos) => w.add(&e.prefix, hash, pos).unwrap(),
+                }
+            }
+            let footer = index.footer();
+            let b = w
+                .finish(Some((&footer.first_key, &footer.last_key)))
+                .unwrap();
+            std::fs::write(&path, b).unwrap();
+        }
+        match staged.check() {
+            Ok(_) => assert_eq!(damage, 0, "damage {damage} passed the check"),
+            Err(e) => {
+                assert_ne!(damage, 0, "the undamaged children fail: {e}");
+                assert_eq!(e.reason(), Reason::CheckFailed, "{e}");
+            }
+        }
+    }
+}

@@ -49,6 +49,10 @@ pub struct CleanupArgs {
     /// `off` (the default, as for split): `combine` reads every chunk's CRC trailer, which
     /// on a cold cache pages in most of the children's Data.db (measured on two 64 MiB
     /// sstables: 46 MiB read, against 2 MiB without it; docs/cleanup.md).
+    /// BTI parents: how cleanup learns partition keys (`trie`: from Partitions.db,
+    /// children share the parent's Filter.db; `data`: every key from Data.db).
+    #[arg(long, value_enum, default_value = "trie")]
+    pub bti_keys: super::split::BtiKeysArg,
     #[arg(long, value_enum, default_value = "off")]
     pub digest: DigestArg,
     /// Owned runs touching fewer chunks than this merge into one regrid child per sstable.
@@ -157,6 +161,7 @@ fn run_cleanup(a: &CleanupArgs) -> Result<CleanupReport, Failed> {
             merge_below_chunks: a.merge_below_chunks,
             throttle: None,
             target: a.target_cassandra,
+            bti_keys: a.bti_keys.into(),
         },
         publish: a.publish.into(),
         out_dir: a.out.clone(),

@@ -50,6 +50,26 @@ pub enum DigestArg {
     Full,
 }
 
+/// `--bti-keys`: the CLI's spelling of `BtiKeys`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BtiKeysArg {
+    /// From Partitions.db's prefixes; Data.db is read only at the cuts, and each child gets
+    /// a copy of the parent's Filter.db (a superset: reads stay correct, each child holds
+    /// the parent's filter memory until compacted; docs/bti.md).
+    Trie,
+    /// Every key read from Data.db (decodes every chunk); each child gets its own filter.
+    Data,
+}
+
+impl From<BtiKeysArg> for cleave::split::plan::BtiKeys {
+    fn from(a: BtiKeysArg) -> Self {
+        match a {
+            BtiKeysArg::Trie => Self::Trie,
+            BtiKeysArg::Data => Self::Data,
+        }
+    }
+}
+
 impl From<DigestArg> for DigestPolicy {
     fn from(a: DigestArg) -> DigestPolicy {
         match a {
@@ -145,6 +165,10 @@ pub struct SplitArgs {
     /// is re-encoded (`regrid`) where no filler fits (docs/compatibility.md).
     #[arg(long, default_value = "unknown", value_parser = clap::value_parser!(cleave::sstable::cassandra::TargetCassandra))]
     pub target_cassandra: cleave::sstable::cassandra::TargetCassandra,
+    /// BTI parents: how the split learns partition keys (`trie`: from Partitions.db,
+    /// children share the parent's Filter.db; `data`: every key from Data.db).
+    #[arg(long, value_enum, default_value = "trie")]
+    pub bti_keys: BtiKeysArg,
     #[arg(long, value_enum, default_value = "off")]
     pub digest: DigestArg,
     /// `stage`: children into `--out` for `nodetool import --keep-repaired`; `replace`:
@@ -382,6 +406,7 @@ pub fn rewrite(mut a: RewriteArgs) -> Result<ExitCode> {
         target_data_access: DataAccess::Mmap,
         target_cassandra: Default::default(),
         digest: a.digest,
+        bti_keys: BtiKeysArg::Trie,
         merge_below_chunks: 0,
         publish: a.publish,
         job_uid: None,
@@ -401,6 +426,7 @@ fn policy_of(a: &SplitArgs) -> Policy {
         merge_below_chunks: a.merge_below_chunks,
         throttle: None,
         target: a.target_cassandra,
+        bti_keys: a.bti_keys.into(),
     }
 }
 

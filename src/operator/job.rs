@@ -421,6 +421,7 @@ fn split_one(
         merge_below_chunks: 8,
         throttle: throttle.cloned(),
         target: target_cassandra(spec.target_cassandra.as_deref(), node_cassandra)?,
+        bti_keys: Default::default(),
     };
     let target = Target {
         out_dir,

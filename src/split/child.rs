@@ -13,7 +13,7 @@ use crate::sstable::bti::{IndexPos, PartitionIndexWriter, RowsWriter};
 use crate::sstable::checksum::{ChunkChecksums, Digest};
 use crate::sstable::filter::BloomFilter;
 use crate::sstable::fingerprint::Fingerprint;
-use crate::sstable::index::IndexWriter;
+use crate::sstable::index::{IndexWriter, TriePrefix};
 use crate::sstable::murmur::KeyHash;
 use crate::sstable::statistics::{EstimatedHistogram, Statistics};
 use crate::sstable::summary::SummaryBuilder;
@@ -27,6 +27,9 @@ pub struct IndexSide<W: Write> {
     pub index_path: PathBuf,
     index: ChildIndex<W>,
     filter: Option<BloomFilter>,
+    parent_filter: bool,
+    /// With the parent's filter: the hashes of keys it lacks (the fillers).
+    filter_additions: Vec<KeyHash>,
     partition_sizes: EstimatedHistogram,
     pub fingerprint: Fingerprint,
     pub first_key: Option<Vec<u8>>,
@@ -68,6 +71,9 @@ pub struct IndexShape {
     pub min_index_interval: i32,
     pub fp_chance: f64,
     pub want_filter: bool,
+    /// Children get a copy of the parent's Filter.db instead of their own
+    /// (`split::trie_only`: no key to hash).
+    pub parent_filter: bool,
     pub histogram_buckets: usize,
 }
 
@@ -81,6 +87,7 @@ impl IndexShape {
                 .as_ref()
                 .map_or(0.01, |v| v.bloom_filter_fp_chance),
             want_filter: t.size_of(&Component::Filter).unwrap_or(0) > 0,
+            parent_filter: false,
             histogram_buckets: t
                 .statistics
                 .stats
@@ -89,8 +96,16 @@ impl IndexShape {
         })
     }
 
+    /// The same, with the parent's Filter.db copied (when it has one) instead of built.
+    pub fn with_parent_filter(self) -> IndexShape {
+        IndexShape {
+            parent_filter: self.want_filter,
+            ..self
+        }
+    }
+
     fn filter(&self, partitions: u64) -> Option<BloomFilter> {
-        if self.want_filter {
+        if self.want_filter && !self.parent_filter {
             BloomFilter::with_capacity(partitions, self.fp_chance)
         } else {
             None
@@ -156,6 +171,8 @@ impl<W: Write> IndexSide<W> {
             index_path,
             index,
             filter: shape.filter(partitions),
+            parent_filter: shape.parent_filter,
+            filter_additions: Vec::new(),
             partition_sizes: EstimatedHistogram::empty(shape.histogram_buckets),
             fingerprint: Fingerprint::default(),
             first_key: None,
@@ -172,7 +189,7 @@ impl<W: Write> IndexSide<W> {
     /// kept as it is: both are relative to the partition start.
     pub fn add(
         &mut self,
-        key: &[u8],
+        key: ChildKey<'_>,
         hash: KeyHash,
         child_position: u64,
         size: u64,
@@ -187,13 +204,25 @@ impl<W: Write> IndexSide<W> {
     /// first/last keys (everything but the key fingerprint).
     fn list(
         &mut self,
-        key: &[u8],
+        child_key: ChildKey<'_>,
         hash: KeyHash,
         child_position: u64,
         size: u64,
         row_index: RowIndexRef<'_>,
     ) -> Result<()> {
+        // The full key, where known: a trie-only entry has one only if it was read.
+        let key = match child_key {
+            ChildKey::Full(k) => k,
+            ChildKey::Trie { key, .. } => key,
+        };
         match &mut self.index {
+            ChildIndex::Big { .. } if matches!(child_key, ChildKey::Trie { .. }) => {
+                return Err(FormatError::unsupported(
+                    &self.index_path,
+                    None,
+                    "a BIG index needs every key; a trie prefix came",
+                ));
+            }
             ChildIndex::Big { index, summary } => {
                 let at = index
                     .append(key, child_position, row_index.promoted)
@@ -213,19 +242,33 @@ impl<W: Write> IndexSide<W> {
                     ),
                     None => IndexPos::Data(child_position),
                 };
-                partitions
-                    .add_key(*partitioner, key, pos)
-                    .map_err(|e| bti_writer_error(&self.index_path, e))?;
+                match child_key {
+                    ChildKey::Full(key) | ChildKey::Trie { key, .. } if !key.is_empty() => {
+                        partitions.add_key(*partitioner, key, pos)
+                    }
+                    // Cut by the builder's rule, the parent's prefixes give the trie the
+                    // full keys would (`split::trie_only`).
+                    ChildKey::Trie { prefix, .. } => {
+                        partitions.add(prefix.comparable, prefix.hash, pos)
+                    }
+                    ChildKey::Full(key) => partitions.add_key(*partitioner, key, pos),
+                }
+                .map_err(|e| bti_writer_error(&self.index_path, e))?;
             }
         }
-        if let Some(f) = &mut self.filter {
-            f.add_hash(hash);
+        match (&mut self.filter, child_key) {
+            (Some(f), ChildKey::Full(_)) => f.add_hash(hash),
+            // A filler is no key of the parent's filter: added to the child's copy.
+            (None, ChildKey::Full(_)) if self.parent_filter => self.filter_additions.push(hash),
+            _ => {}
         }
         // SortedTableWriter records each partition's size (end - start, EOP byte included).
         self.partition_sizes.add(size as i64);
-        if self.first_key.is_none() {
-            self.first_key = Some(key.to_vec());
+        if self.first_position.is_none() {
             self.first_position = Some(child_position);
+            if !key.is_empty() || matches!(child_key, ChildKey::Full(_)) {
+                self.first_key = Some(key.to_vec());
+            }
         }
         self.last_key.clear();
         self.last_key.extend_from_slice(key);
@@ -233,12 +276,24 @@ impl<W: Write> IndexSide<W> {
         Ok(())
     }
 
+    /// The first and last key of a child whose entries came from a trie-only scan (keys
+    /// mostly not read): the ones its plan read at its bounds. A filler's key, read as one,
+    /// stays first.
+    pub fn set_key_range(&mut self, first: &[u8], last: &[u8]) {
+        if self.first_key.is_none() {
+            self.first_key = Some(first.to_vec());
+        }
+        if self.last_key.is_empty() {
+            self.last_key.extend_from_slice(last);
+        }
+    }
+
     /// A dead-prefix filler (`sstable::filler`): listed like any partition (Index.db,
     /// Summary.db, Filter.db, the size histogram, first key), but no key of the parent's,
     /// so not in the fingerprint the children must add up to.
     pub fn add_filler(&mut self, key: &[u8], child_position: u64, size: u64) -> Result<()> {
         self.list(
-            key,
+            ChildKey::Full(key),
             KeyHash::of(key),
             child_position,
             size,
@@ -288,6 +343,7 @@ impl<W: Write> IndexSide<W> {
             IndexParts {
                 summary,
                 filter: self.filter,
+                parent_filter: self.parent_filter.then_some(self.filter_additions),
                 partition_sizes: self.partition_sizes,
                 fingerprint: self.fingerprint,
                 first_key,
@@ -297,6 +353,30 @@ impl<W: Write> IndexSide<W> {
                 fillers: self.fillers,
             },
         ))
+    }
+}
+
+/// A partition's key as a child's index takes it.
+#[derive(Debug, Clone, Copy)]
+pub enum ChildKey<'a> {
+    Full(&'a [u8]),
+    /// From a trie-only scan (`split::trie_only`): the parent's prefix and hash byte, and
+    /// the key when it was read (else empty).
+    Trie {
+        prefix: TriePrefix<'a>,
+        key: &'a [u8],
+    },
+}
+
+impl<'a> ChildKey<'a> {
+    /// A trie-only entry with its key, which the plan read: a child's first partition goes
+    /// in whole, because a filler before it sorts below its key but not always below the
+    /// parent's prefix of it (the filler's token can share that prefix).
+    pub fn with_key(self, key: &'a [u8]) -> ChildKey<'a> {
+        match self {
+            ChildKey::Trie { prefix, key: &[] } => ChildKey::Trie { prefix, key },
+            other => other,
+        }
     }
 }
 
@@ -313,6 +393,9 @@ pub struct IndexParts {
     /// BIG only: BTI has no Summary.db.
     pub summary: Option<SummaryBuilder>,
     pub filter: Option<BloomFilter>,
+    /// The child takes a copy of the parent's Filter.db (`IndexShape::with_parent_filter`)
+    /// with these keys added (its fillers).
+    pub parent_filter: Option<Vec<KeyHash>>,
     pub partition_sizes: EstimatedHistogram,
     pub fingerprint: Fingerprint,
     pub first_key: Vec<u8>,
@@ -383,7 +466,7 @@ pub fn rebuilt_components(
     file_size: u64,
     crc: Option<&ChunkChecksums>,
     digest: Option<u32>,
-) -> Vec<Built> {
+) -> Result<Vec<Built>> {
     let mut out = Vec::with_capacity(5);
     if let Some(crc) = crc {
         out.push((Component::Crc, crc.serialize()));
@@ -393,6 +476,19 @@ pub fn rebuilt_components(
     }
     if let Some(f) = &parts.filter {
         out.push((Component::Filter, f.serialize(parent.old_filter_layout())));
+    } else if let Some(additions) = &parts.parent_filter {
+        let p = parent.path(&Component::Filter);
+        let bytes = std::fs::read(&p).map_err(|e| FormatError::io(&p, e))?;
+        if additions.is_empty() {
+            out.push((Component::Filter, bytes));
+        } else {
+            let old = parent.old_filter_layout();
+            let mut f = BloomFilter::parse(&p, &bytes, old)?;
+            for h in additions {
+                f.add_hash(*h);
+            }
+            out.push((Component::Filter, f.serialize(old)));
+        }
     }
     let compression_ratio = parent.compression.as_ref().map(|_| {
         if data_length == 0 {
@@ -415,7 +511,7 @@ pub fn rebuilt_components(
     if let Some(crc32) = digest {
         out.push((Component::Digest, Digest { crc32 }.serialize()));
     }
-    out
+    Ok(out)
 }
 
 /// TOC.txt listing Data, the index components, CompressionInfo (when compressed), the

@@ -30,6 +30,7 @@ pub mod space;
 pub mod spec;
 pub mod staged;
 pub mod survey;
+pub mod trie_only;
 pub mod write;
 
 use std::path::{Path, PathBuf};

@@ -13,6 +13,7 @@ use super::probe::FileProbe;
 use super::sampled::{self, ProbeError};
 use super::spec::{validate_boundaries, Cut};
 use crate::io::reflink::{self, CloneRefusal, ReflinkSupport};
+use crate::sstable::bti::scan::KeyMode;
 use crate::sstable::checksum::ChunkChecksums;
 use crate::sstable::compression::Codec;
 use crate::sstable::fingerprint::Fingerprint;
@@ -226,16 +227,35 @@ impl Parent {
         } else {
             self.children_from_samples(cut, shape)?
         };
+        // A BTI parent of Murmur3 keys is planned from its trie unless asked otherwise; an
+        // earlier split's fillers are told apart by their keys, so such a parent reads them.
+        let trie_only = force.is_none()
+            && t.descriptor.format == Format::Bti
+            && t.partitioner == crate::sstable::Partitioner::Murmur3
+            && self.inner.leading_empty == 0
+            && policy.bti_keys == plan::BtiKeys::Trie;
         let (children, partitions, fingerprint, source) = match from_samples {
             Some((children, partitions)) => {
                 progress(index_total, index_total);
                 (children, partitions, None, PlanSource::SummarySamples)
             }
             None => {
-                let (children, fp) = self.children_from_index_pass(cut, shape, progress)?;
+                let keys = if trie_only {
+                    super::trie_only::key_mode(cut)
+                } else {
+                    KeyMode::Every
+                };
+                let (mut children, fp) =
+                    self.children_from_index_pass(cut, shape, keys, progress)?;
+                let source = if trie_only {
+                    super::trie_only::fill_run_keys(t, &mut children)?;
+                    PlanSource::PartitionsTrie
+                } else {
+                    PlanSource::IndexPass
+                };
                 // Index.db's entries: the keys plus an earlier split's fillers.
                 let n = fp.count + self.inner.leading_empty;
-                (children, n, Some(fp), PlanSource::IndexPass)
+                (children, n, Some(fp), source)
             }
         };
         if partitions == 0 {
@@ -336,6 +356,7 @@ impl Parent {
         &self,
         cut: &Cut,
         shape: sampled::Shape,
+        keys: KeyMode,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(Vec<plan::PlannedChild>, Fingerprint), PlanError> {
         let t = &self.inner.table;
@@ -347,15 +368,19 @@ impl Parent {
             shape.min_dead_prefix,
         );
         let mut fingerprint = Fingerprint::default();
-        let src = t.partition_source()?;
+        let src = PartitionSource::with_keys(t, keys)?;
         let mut r = src.reader(t)?;
         let mut last = 0;
         let mut ordinal = 0u64;
+        let index_path = t.path(&t.partition_index());
         while let Some(e) = r.next_entry()? {
-            let token = t.partitioner.token(e.key);
+            let token = super::trie_only::token(&e, t.partitioner, &index_path)?;
             grouper.push(e.key, &token, e.position, e.index_offset);
             if ordinal >= self.inner.leading_empty {
-                fingerprint.add(e.key);
+                match e.prefix {
+                    Some(p) => fingerprint.add(&super::trie_only::identity(e.position, p.hash)),
+                    None => fingerprint.add(e.key),
+                }
             }
             ordinal += 1;
             if e.index_offset - last > (1 << 20) {

@@ -727,6 +727,21 @@ pub struct Policy {
     /// The Cassandra that will read the children (`--target-cassandra`): from 5.0.5 (and
     /// when unknown) no child may start with a dead prefix (`split::head`).
     pub target: crate::sstable::cassandra::TargetCassandra,
+    /// How a BTI split learns its partitions' keys (`--bti-keys`).
+    pub bti_keys: BtiKeys,
+}
+
+/// How a BTI split learns its partitions' keys (`--bti-keys`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BtiKeys {
+    /// From Partitions.db's prefixes, reading Data.db only at the cuts; children get the
+    /// parent's Filter.db (`split::trie_only`).
+    #[default]
+    Trie,
+    /// Every key from Data.db, as Cassandra's scanner reads them; each child gets its own
+    /// Filter.db.
+    Data,
 }
 
 impl Default for Policy {
@@ -738,6 +753,7 @@ impl Default for Policy {
             merge_below_chunks: 8,
             throttle: None,
             target: Default::default(),
+            bti_keys: BtiKeys::Trie,
         }
     }
 }
@@ -867,6 +883,9 @@ pub enum PlanSource {
     SummarySamples,
     /// One streaming pass over Index.db (`Grouper`).
     IndexPass,
+    /// One pass over a BTI Partitions.db, keys read only at the cuts (`split::trie_only`):
+    /// the write pass and the check read no key either.
+    PartitionsTrie,
 }
 
 impl Plan {

@@ -71,7 +71,7 @@ pub struct SplitReport {
     /// Seconds of the planning pass over Index.db and of the write (index pass, data, fsync).
     pub plan_seconds: f64,
     pub write_seconds: f64,
-    /// What the plan was made from (`summary_samples` or `index_pass`); with
+    /// What the plan was made from (`summary_samples`, `index_pass` or `partitions_trie`); with
     /// `summary_samples` the plan has the partition count only, no key fingerprint.
     pub plan_source: Option<PlanSource>,
     /// What publication could not clean up after the children went live (files of the

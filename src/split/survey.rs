@@ -213,7 +213,9 @@ fn first_position(data: &Path) -> Result<(u64, u64), Unreadable> {
         fail(crate::split::error::format_reason(&e), e.to_string())
     };
     let t = SSTable::open(data).map_err(format)?;
-    let src = t.partition_source().map_err(format)?;
+    // Only a position is wanted: a BTI sstable's trie gives it without reading the key.
+    let keys = crate::sstable::bti::scan::KeyMode::AtBounds(Vec::new());
+    let src = crate::sstable::scan::PartitionSource::with_keys(&t, keys).map_err(format)?;
     let mut r = src.reader(&t).map_err(format)?;
     let first = r.next_entry().map_err(format)?.map_or(0, |e| e.position);
     Ok((first, t.data_file_size))

@@ -12,21 +12,23 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::child::{self, Built, IndexParts, IndexShape, IndexSide, RowIndexRef};
+use super::child::{self, Built, ChildKey, IndexParts, IndexShape, IndexSide, RowIndexRef};
 use super::data::{self, DataLayout, DataResult, DataTarget, ParentData, Segment, Sharing};
 use super::error::WriteError;
 use super::parent::split_support;
-use super::plan::{DigestPolicy, Layout, Plan};
+use super::plan::{DigestPolicy, Layout, Plan, PlanSource};
 use super::publish::{self, Durability};
 use super::report::ChildReport;
 use super::spec::{Cut, Label, RepairTriple};
 use super::staged::{Staged, StagingGuard, Unchecked, Written};
+use super::trie_only;
 use crate::io::durable::{Batch, BatchError};
 use crate::sstable::bti::scan::RowIndex;
 use crate::sstable::fingerprint::Fingerprint;
-use crate::sstable::index::IndexEntryRef;
+use crate::sstable::index::{IndexEntryRef, TriePrefix};
 use crate::sstable::murmur::KeyHash;
 use crate::sstable::scan::{PartitionReader, PartitionSource};
+use crate::sstable::token::{Partitioner, Token};
 use crate::sstable::{Component, Descriptor, FormatError, SSTableId};
 
 /// Progress of the write pass.
@@ -60,8 +62,13 @@ struct Pending {
     /// Holds an entry still to route.
     live: bool,
     ordinal: u64,
+    /// Empty when a trie-only scan did not read it (`prefix` stands for it).
     key: Vec<u8>,
+    /// The key's hash, or its `trie_only::identity`'s.
     hash: KeyHash,
+    /// A trie-only scan's prefix and hash byte.
+    prefix: Vec<u8>,
+    prefix_hash: Option<u8>,
     position: u64,
     promoted: Vec<u8>,
     row_index: Option<RowIndex>,
@@ -74,12 +81,55 @@ impl Pending {
         self.ordinal = ordinal;
         self.key.clear();
         self.key.extend_from_slice(e.key);
-        self.hash = KeyHash::of(e.key);
+        self.prefix.clear();
+        self.prefix_hash = e.prefix.map(|p| p.hash);
+        self.hash = match e.prefix {
+            Some(p) => {
+                self.prefix.extend_from_slice(p.comparable);
+                KeyHash::of(&trie_only::identity(e.position, p.hash))
+            }
+            None => KeyHash::of(e.key),
+        };
         self.position = e.position;
         self.promoted.clear();
         self.promoted.extend_from_slice(e.promoted_index);
         self.row_index = e.row_index.cloned();
         self.index_offset = e.index_offset;
+    }
+
+    /// The key as the child's index takes it.
+    fn child_key(&self) -> ChildKey<'_> {
+        match self.prefix_hash {
+            Some(hash) => ChildKey::Trie {
+                prefix: TriePrefix {
+                    comparable: &self.prefix,
+                    hash,
+                },
+                key: &self.key,
+            },
+            None => ChildKey::Full(&self.key),
+        }
+    }
+
+    fn token(&self, p: Partitioner, file: &Path) -> Result<Token, FormatError> {
+        match self.prefix_hash {
+            Some(_) => trie_only::token(&self.entry(), p, file),
+            None => Ok(p.token_hashed(&self.key, self.hash)),
+        }
+    }
+
+    fn entry(&self) -> IndexEntryRef<'_> {
+        IndexEntryRef {
+            key: &self.key,
+            position: self.position,
+            promoted_index: &self.promoted,
+            index_offset: self.index_offset,
+            row_index: self.row_index.as_ref(),
+            prefix: self.prefix_hash.map(|hash| TriePrefix {
+                comparable: &self.prefix,
+                hash,
+            }),
+        }
     }
 }
 
@@ -182,7 +232,7 @@ impl Plan {
                 format: t.descriptor.format,
             })
             .collect();
-        let shape = IndexShape::of(t)?;
+        let shape = self.index_shape()?;
 
         // Segments of the index: (first ordinal, last ordinal, child, run), in order.
         let mut segments: Vec<(u64, u64, usize, usize)> = Vec::new();
@@ -223,9 +273,10 @@ impl Plan {
         // buffers, swapped at each entry: no allocation a partition.
         let mut pending = Pending::default();
         let mut next = Pending::default();
-        let src = t.partition_source()?;
+        let src = self.partition_source()?;
         let mut r = src.reader(t)?;
         let index_total = PartitionSource::span(t);
+        let index_path = t.path(&t.partition_index());
         let mut ordinal = 0u64;
         let mut last_progress = 0;
         let data_length = t.data_length();
@@ -241,7 +292,7 @@ impl Plan {
             if let (Some(o), true) = (owned, pending.live) {
                 let p = &pending;
                 if p.ordinal >= parent.leading_empty()
-                    && o.contains(t.partitioner, &t.partitioner.token_hashed(&p.key, p.hash))
+                    && o.contains(t.partitioner, &p.token(t.partitioner, &index_path)?)
                 {
                     owned_fp.add_hash(p.hash);
                 }
@@ -266,6 +317,7 @@ impl Plan {
                     index_offset: off,
                     ..
                 } = pending;
+                let child_key = pending.child_key();
                 let end = next_pos.unwrap_or(data_length);
                 while seg < segments.len() && segments[seg].1 < p_ord {
                     seg += 1;
@@ -345,10 +397,17 @@ impl Plan {
                         promoted,
                         rows: row_index.as_ref(),
                     };
-                    o.side.add(key, hash, child_pos, end - pos, row_index)?;
+                    let child_key = if p_ord == plan.child.runs[0].first_ordinal {
+                        child_key.with_key(&plan.child.runs[0].first_key)
+                    } else {
+                        child_key
+                    };
+                    o.side
+                        .add(child_key, hash, child_pos, end - pos, row_index)?;
                 }
                 if p_ord == seg_last && seg == last_segment_of[ci] {
-                    if let Some(o) = open[ci].take() {
+                    if let Some(mut o) = open[ci].take() {
+                        set_key_range(&mut o.side, plan);
                         let rep = self.finish_child(
                             ci,
                             o,
@@ -537,7 +596,7 @@ impl Plan {
             result.file_size,
             result.crc.as_ref(),
             digest,
-        );
+        )?;
         for (c, bytes) in &rebuilt {
             let path = desc.path(c);
             batch.file(&path, bytes)?;
@@ -666,7 +725,7 @@ impl Plan {
     pub fn components(&self, ci: usize, layout: &DataLayout) -> Result<Vec<Built>, WriteError> {
         let p = &self.children[ci];
         let t = self.parent.table();
-        let shape = IndexShape::of(t)?;
+        let shape = self.index_shape()?;
         // The parent's names: only errors show them.
         let mut side = IndexSide::new(
             &t.descriptor,
@@ -675,7 +734,7 @@ impl Plan {
             &shape,
             p.child.partitions() + p.head.fillers().len() as u64,
         )?;
-        let src = t.partition_source()?;
+        let src = self.partition_source()?;
         let index_path = side.index_path.clone();
         side.add_fillers(&p.head)?;
         let base = p.geometry.map_or(0, |g| g.base);
@@ -701,43 +760,45 @@ impl Plan {
                 Some(ref mut r) if advanced => r,
                 _ => reader.insert(src.reader_at(t, run.index_start)?),
             };
-            type Entry = (Vec<u8>, u64, Vec<u8>, Option<RowIndex>);
-            let mut prev: Option<Entry> = None;
+            let mut prev = Pending::default();
+            let mut next = Pending::default();
             let mut n = 0;
             loop {
-                let next = if n < run.partitions() {
-                    r.next_entry()?.map(|e| {
-                        (
-                            e.key.to_vec(),
-                            e.position,
-                            e.promoted_index.to_vec(),
-                            e.row_index.cloned(),
-                        )
-                    })
-                } else {
-                    None
-                };
-                if let Some((key, pos, promoted, rows)) = prev.take() {
-                    let end = next
-                        .as_ref()
-                        .map_or(run.end_position.min(data_length), |n| n.1);
-                    if run.first_ordinal + n - 1 < self.parent.leading_empty() {
-                        side.add_filler(&key, at(pos), end - pos)?;
+                let more = n < run.partitions()
+                    && match r.next_entry()? {
+                        Some(e) => {
+                            next.fill(run.first_ordinal + n, &e);
+                            true
+                        }
+                        None => false,
+                    };
+                if prev.live {
+                    let pos = prev.position;
+                    let end = if more {
+                        next.position
+                    } else {
+                        run.end_position.min(data_length)
+                    };
+                    if prev.ordinal < self.parent.leading_empty() {
+                        side.add_filler(&prev.key, at(pos), end - pos)?;
                     } else {
                         let row_index = RowIndexRef {
-                            promoted: &promoted,
-                            rows: rows.as_ref(),
+                            promoted: &prev.promoted,
+                            rows: prev.row_index.as_ref(),
                         };
-                        side.add(&key, KeyHash::of(&key), at(pos), end - pos, row_index)?;
+                        let key = if prev.ordinal == p.child.runs[0].first_ordinal {
+                            prev.child_key().with_key(&p.child.runs[0].first_key)
+                        } else {
+                            prev.child_key()
+                        };
+                        side.add(key, prev.hash, at(pos), end - pos, row_index)?;
                     }
                 }
-                match next {
-                    Some(e) => {
-                        prev = Some(e);
-                        n += 1;
-                    }
-                    None => break,
+                if !more {
+                    break;
                 }
+                std::mem::swap(&mut prev, &mut next);
+                n += 1;
             }
             // The run's entries end where the plan says (a sampled plan's counts come from
             // Summary.db; this is the check `write`'s pass makes at every run start).
@@ -755,6 +816,7 @@ impl Plan {
             }
             run_offset += run.bytes();
         }
+        set_key_range(&mut side, p);
         let (index, parts) = side.finish()?;
         let mut out: Vec<Built> = index;
         if let Some(ci_parent) = &t.compression {
@@ -780,11 +842,41 @@ impl Plan {
             layout.file_size,
             None,
             digest,
-        );
+        )?;
         let toc = child::toc(t.descriptor.format, t.compression.is_some(), &rebuilt);
         out.extend(rebuilt);
         out.push((Component::Toc, toc));
         Ok(out)
+    }
+}
+
+/// A trie-only child's first and last key, which its index side did not read: the plan's
+/// (`trie_only::fill_run_keys`). A key-reading side keeps its own.
+fn set_key_range<W: std::io::Write>(side: &mut IndexSide<W>, p: &super::plan::ChildPlan) {
+    if let (Some(first), Some(last)) = (p.child.runs.first(), p.child.runs.last()) {
+        side.set_key_range(&first.first_key, &last.last_key);
+    }
+}
+
+impl Plan {
+    /// The partitions as this plan read them: every key, or the trie's prefixes
+    /// (`PlanSource::PartitionsTrie`).
+    fn partition_source(&self) -> Result<PartitionSource, FormatError> {
+        let t = self.parent.table();
+        let keys = match self.source {
+            PlanSource::PartitionsTrie => trie_only::key_mode(&self.cut),
+            _ => crate::sstable::bti::scan::KeyMode::Every,
+        };
+        PartitionSource::with_keys(t, keys)
+    }
+
+    /// A trie-only plan's children take the parent's Filter.db (`split::trie_only`).
+    fn index_shape(&self) -> Result<IndexShape, FormatError> {
+        let shape = IndexShape::of(self.parent.table())?;
+        Ok(match self.source {
+            PlanSource::PartitionsTrie => shape.with_parent_filter(),
+            _ => shape,
+        })
     }
 }
 

@@ -32,6 +32,18 @@ pub struct IndexEntryRef<'a> {
     pub index_offset: u64,
     /// A BTI partition's row index (Rows.db); BIG keeps it in `promoted_index`.
     pub row_index: Option<&'a RowIndex>,
+    /// A BTI partition as Partitions.db stores it, from a trie-only scan
+    /// (`bti::scan::KeyMode::AtBounds`): then `key` is empty unless it was read (a Rows.db
+    /// entry holds it; a prefix that cannot place the key against a bound reads it).
+    pub prefix: Option<TriePrefix<'a>>,
+}
+
+/// What Partitions.db stores of a partition: the shortest prefix of its byte-comparable key
+/// that tells it from its neighbours, and its filter hash byte (`PartitionIndex.Payload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TriePrefix<'a> {
+    pub comparable: &'a [u8],
+    pub hash: u8,
 }
 
 impl IndexEntryRef<'_> {
@@ -311,6 +323,7 @@ impl<R: Read> IndexReader<R> {
         self.offset += parsed.len as u64;
         let b = &self.buf[s..s + parsed.len];
         Ok(Some(IndexEntryRef {
+            prefix: None,
             key: &b[parsed.key],
             position: parsed.position,
             promoted_index: &b[parsed.promoted],

@@ -10,7 +10,7 @@
 use std::fs::File;
 use std::path::PathBuf;
 
-use super::bti::scan::{BtiIndexFiles, PartitionScan};
+use super::bti::scan::{BtiIndexFiles, KeyMode, PartitionScan};
 use super::bti::PartitionIndex;
 use super::descriptor::{Component, Format};
 use super::error::{FormatError, Result};
@@ -20,7 +20,7 @@ use super::table::SSTable;
 /// What a partition reader reads from: Index.db's path, or BTI's index files in memory.
 pub enum PartitionSource {
     Big(PathBuf),
-    Bti(BtiIndexFiles),
+    Bti(BtiIndexFiles, KeyMode),
 }
 
 pub enum PartitionReader<'a> {
@@ -42,7 +42,14 @@ fn read_whole(t: &SSTable, c: Component) -> Result<(PathBuf, Vec<u8>)> {
 }
 
 impl PartitionSource {
+    /// Every key read (a BTI key from Data.db or Rows.db, where Cassandra's scanner reads it).
     pub fn of(t: &SSTable) -> Result<PartitionSource> {
+        PartitionSource::with_keys(t, KeyMode::Every)
+    }
+
+    /// A BTI source reading keys as `keys` says (a BIG one reads Index.db's keys whatever it
+    /// says: they cost nothing more).
+    pub fn with_keys(t: &SSTable, keys: KeyMode) -> Result<PartitionSource> {
         match t.descriptor.format {
             Format::Big => {
                 let p = t.path(&Component::Index);
@@ -54,12 +61,15 @@ impl PartitionSource {
             Format::Bti => {
                 let (partitions_path, partitions) = read_whole(t, Component::Partitions)?;
                 let (rows_path, rows) = read_whole(t, Component::Rows)?;
-                Ok(PartitionSource::Bti(BtiIndexFiles {
-                    partitions_path,
-                    partitions,
-                    rows_path,
-                    rows,
-                }))
+                Ok(PartitionSource::Bti(
+                    BtiIndexFiles {
+                        partitions_path,
+                        partitions,
+                        rows_path,
+                        rows,
+                    },
+                    keys,
+                ))
             }
         }
     }
@@ -70,10 +80,11 @@ impl PartitionSource {
             PartitionSource::Big(p) => Ok(PartitionReader::Big(
                 IndexReader::open(p)?.with_data_length(t.data_length()),
             )),
-            PartitionSource::Bti(files) => {
+            PartitionSource::Bti(files, keys) => {
                 let index = PartitionIndex::parse(&files.partitions_path, &files.partitions)?
                     .with_limits(Some(t.data_length()), Some(files.rows.len() as u64));
-                let scan = PartitionScan::new(files, &index, t.data_reader()?, t.partitioner)?;
+                let scan = PartitionScan::new(files, &index, t.data_reader()?, t.partitioner)?
+                    .with_keys(keys);
                 Ok(PartitionReader::Bti(Box::new(scan)))
             }
         }
@@ -86,7 +97,7 @@ impl PartitionSource {
             PartitionSource::Big(p) => Ok(PartitionReader::Big(
                 IndexReader::open_at(p, offset)?.with_data_length(t.data_length()),
             )),
-            PartitionSource::Bti(_) => {
+            PartitionSource::Bti(..) => {
                 let mut r = self.reader(t)?;
                 if let PartitionReader::Bti(s) = &mut r {
                     s.skip_to(offset)?;
@@ -116,6 +127,7 @@ impl PartitionReader<'_> {
                 promoted_index: &[],
                 index_offset: p.position,
                 row_index: p.row_index,
+                prefix: p.prefix,
             })),
         }
     }

@@ -18,6 +18,7 @@ use super::rows::{self, DeletionTime, RowBlock, RowIndexEntry};
 use crate::sstable::data::DataReader;
 use crate::sstable::error::{FormatError, Result};
 use crate::sstable::hex;
+use crate::sstable::index::TriePrefix;
 use crate::sstable::token::Partitioner;
 
 /// A partition's row index, as Rows.db holds it and a child re-serializes it: the blocks
@@ -40,13 +41,50 @@ pub struct BtiIndexFiles {
 
 /// One partition of the scan.
 pub struct ScannedPartition<'s> {
+    /// Empty in a trie-only scan where the key was not read (`KeyMode::AtBounds`).
     pub key: &'s [u8],
     pub position: u64,
     pub row_index: Option<&'s RowIndex>,
+    /// The trie's prefix and hash byte: set by a trie-only scan only.
+    pub prefix: Option<TriePrefix<'s>>,
+}
+
+/// Which partition keys a scan reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum KeyMode {
+    /// Every key, checked against its trie prefix and hash byte.
+    #[default]
+    Every,
+    /// Only the keys the trie cannot stand in for: a partition is known by its stored
+    /// prefix and hash byte (`TriePrefix`), and its key is read from Data.db only when the
+    /// prefix cannot place it against one of these bounds (increasing byte-comparable
+    /// prefixes of one length, e.g. `keys::murmur3_token_bound` of every token a cut
+    /// compares with: `keys::prefix_order` is `None`) or its entry has no hash byte. A
+    /// Rows.db entry carries its key and gives it either way. The trie being prefix-free,
+    /// at most one partition a bound is read: a split plans and writes without reading
+    /// Data.db.
+    AtBounds(Vec<Vec<u8>>),
+}
+
+impl KeyMode {
+    /// Whether a key stored as `prefix` must be read to be placed against the bounds.
+    fn must_read(&self, prefix: &[u8]) -> bool {
+        match self {
+            KeyMode::Every => true,
+            KeyMode::AtBounds(bounds) => {
+                // Bounds extending `prefix` follow it directly in their order.
+                let i = bounds.partition_point(|b| b.as_slice() < prefix);
+                bounds
+                    .get(i)
+                    .is_some_and(|b| keys::prefix_order(prefix, b).is_none())
+            }
+        }
+    }
 }
 
 pub struct PartitionScan<'a> {
     files: &'a BtiIndexFiles,
+    keys: &'a KeyMode,
     entries: Entries<'a>,
     data: DataReader,
     data_length: u64,
@@ -58,6 +96,8 @@ pub struct PartitionScan<'a> {
     /// The trie's next partition, read ahead: its position is where the scan stands.
     ahead: Option<Ahead>,
     key: Vec<u8>,
+    /// The current partition's trie prefix (what a trie-only scan gives for its key).
+    prefix: Vec<u8>,
     row_index: Option<RowIndex>,
     count: u64,
     /// The Data.db position of the last entry read ahead: positions must strictly increase
@@ -85,6 +125,7 @@ impl<'a> PartitionScan<'a> {
         let footer = index.footer();
         let mut scan = PartitionScan {
             files,
+            keys: &KeyMode::Every,
             entries: index.entries(),
             data_length: data.data_length(),
             data,
@@ -94,6 +135,7 @@ impl<'a> PartitionScan<'a> {
             rows_end: 0,
             ahead: None,
             key: Vec::new(),
+            prefix: Vec::new(),
             row_index: None,
             count: 0,
             last_position: None,
@@ -101,6 +143,12 @@ impl<'a> PartitionScan<'a> {
         };
         scan.ahead = scan.read_ahead()?;
         Ok(scan)
+    }
+
+    /// Reads keys as `keys` says (`KeyMode::Every` unless set).
+    pub fn with_keys(mut self, keys: &'a KeyMode) -> Self {
+        self.keys = keys;
+        self
     }
 
     fn rows_path(&self) -> &Path {
@@ -155,9 +203,7 @@ impl<'a> PartitionScan<'a> {
     /// The key a partition starts with in Data.db (u16 length, bytes:
     /// `PartitionIterator.readNext` reads it there).
     fn key_at(&mut self, position: u64) -> Result<Vec<u8>> {
-        let n = self.data.read_at(position, 2)?;
-        let len = u16::from_be_bytes([n[0], n[1]]) as usize;
-        self.data.read_at(position + 2, len)
+        key_at(&mut self.data, position)
     }
 
     /// Data.db position of the next partition (the data length after the last): where
@@ -203,15 +249,35 @@ impl<'a> PartitionScan<'a> {
         // The next partition's position bounds this one: its row index may not reach past it.
         self.ahead = self.read_ahead()?;
         let size = self.position() - position;
+        let every = *self.keys == KeyMode::Every;
         match rows {
-            None => {
+            None if every || entry.hash.is_none() || self.keys.must_read(&entry.prefix) => {
                 self.row_index = None;
                 self.key = self.key_at(position)?;
             }
+            None => {
+                // Trie-only: the prefix and hash byte stand for the key.
+                self.row_index = None;
+                self.key.clear();
+                self.prev_comparable = None;
+                self.count += 1;
+                self.prefix = entry.prefix;
+                return Ok(Some(ScannedPartition {
+                    key: &self.key,
+                    position,
+                    row_index: None,
+                    prefix: entry.hash.map(|hash| TriePrefix {
+                        comparable: &self.prefix,
+                        hash,
+                    }),
+                }));
+            }
             Some(e) => {
                 // The trailer's Data.db position must hold this key, as it does for a
-                // partition without a row index (Cassandra's reads seek there).
-                if self.key_at(position)? != e.key {
+                // partition without a row index (Cassandra's reads seek there). A
+                // trie-only scan takes Rows.db's word for it (the trie's prefix and hash
+                // byte are still checked against the key below).
+                if every && self.key_at(position)? != e.key {
                     return Err(FormatError::corrupt(
                         self.rows_path(),
                         None,
@@ -270,6 +336,7 @@ impl<'a> PartitionScan<'a> {
             ));
         }
         self.prev_comparable = Some(comparable);
+        let hash = entry.hash.unwrap_or_else(|| keys::hash_byte(&self.key));
         if self.count == 0 && self.key != self.first_key {
             return Err(FormatError::corrupt(
                 &self.files.partitions_path,
@@ -282,10 +349,23 @@ impl<'a> PartitionScan<'a> {
             ));
         }
         self.count += 1;
+        self.prefix = entry.prefix;
         Ok(Some(ScannedPartition {
             key: &self.key,
             position,
             row_index: self.row_index.as_ref(),
+            prefix: (!every).then_some(TriePrefix {
+                comparable: &self.prefix,
+                hash,
+            }),
         }))
     }
+}
+
+/// The key a partition starts with in Data.db (u16 length, bytes:
+/// `PartitionIterator.readNext` reads it there).
+pub fn key_at(data: &mut DataReader, position: u64) -> Result<Vec<u8>> {
+    let n = data.read_at(position, 2)?;
+    let len = u16::from_be_bytes([n[0], n[1]]) as usize;
+    data.read_at(position + 2, len)
 }
