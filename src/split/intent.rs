@@ -95,8 +95,9 @@ pub struct PendingParent {
     /// The children's key fingerprint as `Staged::check` proved it (the parent's keys, or
     /// under cleanup its owned keys): apply-pending reads the staged children's keys again
     /// and publishes only if they still add up to it. Absent in an intent written before
-    /// it was recorded (then each child's partition count is checked) and for a parent
-    /// removed with no children.
+    /// it was recorded (then each child's partition count is checked), for a parent
+    /// removed with no children, and for a trie-only BTI split (`split::trie_only`: its
+    /// fingerprint is over parent positions, not keys; the counts are checked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<RecordedFingerprint>,
 }
@@ -478,7 +479,10 @@ impl Staged<Checked> {
             parent: parent_identity(self.parent.data_path())?,
             children_dir: children_dir_name,
             children,
-            fingerprint: Some(self.children_fp.into()),
+            // apply-pending re-reads the children's keys: a trie-only split's fingerprint
+            // is not over keys, so only the partition counts are checked again.
+            fingerprint: (self.plan_source != super::plan::PlanSource::PartitionsTrie)
+                .then(|| self.children_fp.into()),
         };
         let mut split = staged::report(
             &self.parent,
@@ -492,6 +496,7 @@ impl Staged<Checked> {
             parent: self.parent_fp,
             children: self.children_fp,
             ok: true,
+            by: super::report::FingerprintBy::of(self.plan_source),
         });
         split.children = std::mem::take(&mut self.reports)
             .into_iter()

@@ -21,6 +21,8 @@ pub struct Run {
     pub first_ordinal: u64,
     pub last_ordinal: u64,
     pub first_position: u64,
+    /// Where the run's last partition starts: with `first_position`, where its two keys are.
+    pub last_position: u64,
     pub end_position: u64,
     #[serde(serialize_with = "crate::sstable::hex::serialize")]
     pub first_key: Vec<u8>,
@@ -109,6 +111,8 @@ pub struct Grouper {
     runs: Vec<(Group, Run)>,
     last_key: Vec<u8>,
     last_token: String,
+    /// Where the last partition pushed starts.
+    last_position: u64,
     ordinal: u64,
 }
 
@@ -140,6 +144,7 @@ impl Grouper {
             runs: Vec::new(),
             last_key: Vec::new(),
             last_token: String::new(),
+            last_position: 0,
             ordinal: 0,
         }
     }
@@ -207,6 +212,7 @@ impl Grouper {
                     token: token_s.clone(),
                     prev_key: self.last_key.clone(),
                     prev_token: self.last_token.clone(),
+                    prev_position: self.last_position,
                 };
                 if std::mem::take(&mut self.defer_now) {
                     self.deferred = Some(b.clone());
@@ -222,6 +228,7 @@ impl Grouper {
                     o.run.index_end = index_offset;
                     o.run.last_key = std::mem::take(&mut self.last_key);
                     o.run.last_token = std::mem::take(&mut self.last_token);
+                    o.run.last_position = self.last_position;
                     o.run.last_ordinal = ordinal - 1;
                     self.runs.push((o.group, o.run));
                 }
@@ -231,6 +238,7 @@ impl Grouper {
                         first_ordinal: ordinal,
                         last_ordinal: ordinal,
                         first_position: position,
+                        last_position: position,
                         end_position: position,
                         first_key: key.to_vec(),
                         last_key: Vec::new(),
@@ -245,6 +253,7 @@ impl Grouper {
         self.last_key.clear();
         self.last_key.extend_from_slice(key);
         self.last_token = token_s;
+        self.last_position = position;
     }
 
     /// Closes the last run; returns children in parent order, merged children last.
@@ -257,6 +266,7 @@ impl Grouper {
             o.run.index_end = index_length;
             o.run.last_key = std::mem::take(&mut self.last_key);
             o.run.last_token = std::mem::take(&mut self.last_token);
+            o.run.last_position = self.last_position;
             o.run.last_ordinal = self.ordinal - 1;
             self.runs.push((o.group, o.run));
         }
@@ -359,6 +369,7 @@ pub(super) struct Boundary {
     pub(super) token: String,
     pub(super) prev_key: Vec<u8>,
     pub(super) prev_token: String,
+    pub(super) prev_position: u64,
 }
 
 /// `--parts N` gives exactly min(N, partitions) children: when the stream made fewer cuts
@@ -408,6 +419,7 @@ fn cut_at(runs: &mut Vec<(Group, Run)>, b: Boundary) {
             first_ordinal: b.ordinal,
             last_ordinal: left.last_ordinal,
             first_position: b.position,
+            last_position: left.last_position,
             end_position: left.end_position,
             first_key: b.key,
             last_key: std::mem::replace(&mut left.last_key, b.prev_key),
@@ -417,6 +429,7 @@ fn cut_at(runs: &mut Vec<(Group, Run)>, b: Boundary) {
             index_end: left.index_end,
         };
         left.last_ordinal = b.ordinal - 1;
+        left.last_position = b.prev_position;
         left.end_position = b.position;
         left.index_end = b.index_offset;
         runs.insert(ri + 1, (group, right));

@@ -44,6 +44,28 @@ pub struct Check {
     pub parent: Fingerprint,
     pub children: Fingerprint,
     pub ok: bool,
+    /// What the fingerprints count partitions by.
+    pub by: FingerprintBy,
+}
+
+/// What a split's fingerprints count each partition by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FingerprintBy {
+    /// Its key's Murmur3 (what `cleave verify` prints).
+    Keys,
+    /// Its parent Data.db position and trie hash byte: a trie-only BTI split reads no key
+    /// (`split::trie_only`).
+    TriePositions,
+}
+
+impl FingerprintBy {
+    pub fn of(source: super::plan::PlanSource) -> FingerprintBy {
+        match source {
+            super::plan::PlanSource::PartitionsTrie => FingerprintBy::TriePositions,
+            _ => FingerprintBy::Keys,
+        }
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

@@ -92,6 +92,7 @@ fn boundary(e: &ProbeEntry, prev: &ProbeEntry) -> Boundary {
         token: e.token.to_string(),
         prev_key: prev.key.clone(),
         prev_token: prev.token.to_string(),
+        prev_position: prev.position,
     }
 }
 
@@ -243,6 +244,7 @@ pub fn plan<P: IndexProbe>(probe: &mut P, cut: &Cut, s: Shape) -> Result<Sampled
             first_ordinal: 0,
             last_ordinal: 0,
             first_position: first.position,
+            last_position: 0,
             end_position: 0,
             first_key: first.key.clone(),
             last_key: Vec::new(),
@@ -261,6 +263,7 @@ pub fn plan<P: IndexProbe>(probe: &mut P, cut: &Cut, s: Shape) -> Result<Sampled
                     first_ordinal: b.ordinal,
                     last_ordinal: 0,
                     first_position: b.position,
+                    last_position: 0,
                     end_position: 0,
                     first_key: b.key,
                     last_key: Vec::new(),
@@ -275,6 +278,7 @@ pub fn plan<P: IndexProbe>(probe: &mut P, cut: &Cut, s: Shape) -> Result<Sampled
         r.end_position = b.position;
         r.last_key = b.prev_key;
         r.last_token = b.prev_token;
+        r.last_position = b.prev_position;
         r.index_end = b.index_offset;
         runs.push((og, r));
     }
@@ -283,6 +287,7 @@ pub fn plan<P: IndexProbe>(probe: &mut P, cut: &Cut, s: Shape) -> Result<Sampled
     r.end_position = s.data_length;
     r.last_key = last.key;
     r.last_token = last.token.to_string();
+    r.last_position = last.position;
     r.index_end = s.index_length;
     runs.push((g, r));
     Ok(Sampled {

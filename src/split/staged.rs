@@ -215,6 +215,7 @@ impl Staged<Checked> {
             parent: self.parent_fp,
             children: self.children_fp,
             ok: true,
+            by: super::report::FingerprintBy::of(self.plan_source),
         });
         report.left_behind = published.left_behind;
         report.children = std::mem::take(&mut self.reports)

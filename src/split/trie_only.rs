@@ -8,7 +8,8 @@
 //! - the key of a partition whose prefix cannot place it against a token the cut compares
 //!   with (at most one a token: the trie is prefix-free; `bti::scan::KeyMode::AtBounds`);
 //! - the first and last key of every run (reports, fillers, the child's footer and
-//!   Statistics.db first/last key): `fill_run_keys`, two keys a run.
+//!   Statistics.db first/last key): `fill_run_keys`, two keys a run, at the positions the
+//!   plan kept (`Run::first_position`, `Run::last_position`).
 //!
 //! What that changes, and why it is safe:
 //! - **A child's Partitions.db** is built from the parent's prefixes. Cassandra's builder
@@ -104,58 +105,16 @@ pub fn identity(parent_position: u64, hash: u8) -> [u8; 9] {
 }
 
 /// Sets each run's first and last key and token from the keys at their Data.db positions
-/// (a trie-only plan grouped partitions without them): one more walk of the trie in
-/// memory, two keys read a run.
+/// (a trie-only plan grouped partitions without them): two keys read a run.
 pub fn fill_run_keys(t: &SSTable, children: &mut [PlannedChild]) -> Result<()> {
-    // (ordinal, child, run, is_first), in ordinal order.
-    let mut wanted: Vec<(u64, usize, usize, bool)> = Vec::new();
-    for (ci, c) in children.iter().enumerate() {
-        for (ri, r) in c.runs.iter().enumerate() {
-            wanted.push((r.first_ordinal, ci, ri, true));
-            wanted.push((r.last_ordinal, ci, ri, false));
-        }
-    }
-    wanted.sort();
-    let src = PartitionSource::with_keys(t, KeyMode::AtBounds(Vec::new()))?;
-    let mut r = src.reader(t)?;
     let mut data = t.data_reader()?;
-    let mut ordinal = 0u64;
-    let mut next = 0usize;
-    while next < wanted.len() {
-        let Some(e) = r.next_entry()? else { break };
-        if wanted[next].0 == ordinal {
-            let key = if e.key.is_empty() {
-                key_at(&mut data, e.position)?
-            } else {
-                e.key.to_vec()
-            };
-            let token = t.partitioner.token(&key).to_string();
-            while let Some(&(o, ci, ri, first)) = wanted.get(next) {
-                if o != ordinal {
-                    break;
-                }
-                let run = &mut children[ci].runs[ri];
-                if first {
-                    run.first_key = key.clone();
-                    run.first_token = token.clone();
-                } else {
-                    run.last_key = key.clone();
-                    run.last_token = token.clone();
-                }
-                next += 1;
-            }
+    for c in children.iter_mut() {
+        for run in c.runs.iter_mut() {
+            run.first_key = key_at(&mut data, run.first_position)?;
+            run.first_token = t.partitioner.token(&run.first_key).to_string();
+            run.last_key = key_at(&mut data, run.last_position)?;
+            run.last_token = t.partitioner.token(&run.last_key).to_string();
         }
-        ordinal += 1;
-    }
-    if next < wanted.len() {
-        return Err(FormatError::corrupt(
-            &t.path(&t.partition_index()),
-            None,
-            format!(
-                "the trie ends after {ordinal} partitions, the plan has a run boundary at partition {}",
-                wanted[next].0
-            ),
-        ));
     }
     Ok(())
 }
