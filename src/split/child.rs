@@ -210,10 +210,16 @@ impl<W: Write> IndexSide<W> {
         size: u64,
         row_index: RowIndexRef<'_>,
     ) -> Result<()> {
-        // The full key, where known: a trie-only entry has one only if it was read.
+        // The full key, where known: a trie-only entry has one only if it was read, and
+        // then it must be the one the parent's trie names (Data.db and Partitions.db agree).
         let key = match child_key {
             ChildKey::Full(k) => k,
-            ChildKey::Trie { key, .. } => key,
+            ChildKey::Trie { key, prefix } => {
+                if !key.is_empty() {
+                    trie_key_matches(&self.index_path, key, prefix, child_position)?;
+                }
+                key
+            }
         };
         match &mut self.index {
             ChildIndex::Big { .. } if matches!(child_key, ChildKey::Trie { .. }) => {
@@ -378,6 +384,33 @@ impl<'a> ChildKey<'a> {
             other => other,
         }
     }
+}
+
+/// Whether `key` is the partition a trie entry names: its byte-comparable form starts with
+/// the stored prefix and its filter hash byte is the stored one (`bti::scan` checks every
+/// key so; a trie-only split checks the few it reads).
+pub fn trie_key_matches(
+    file: &std::path::Path,
+    key: &[u8],
+    prefix: TriePrefix<'_>,
+    position: u64,
+) -> Result<()> {
+    let comparable = crate::sstable::bti::keys::decorated_key(Partitioner::Murmur3, key);
+    if comparable.is_some_and(|k| k.starts_with(prefix.comparable))
+        && crate::sstable::bti::keys::hash_byte(key) == prefix.hash
+    {
+        return Ok(());
+    }
+    Err(FormatError::corrupt(
+        file,
+        None,
+        format!(
+            "the child's partition at Data.db position {position} has key {}, which does not match its trie entry (prefix {}, hash byte {:02x})",
+            crate::sstable::hex::encode(key),
+            crate::sstable::hex::encode(prefix.comparable),
+            prefix.hash
+        ),
+    ))
 }
 
 /// A partition's row index as the parent's format holds it.

@@ -25,7 +25,7 @@
 //!   `--bti-keys data` reads every key and builds each child's own filter instead.
 //! - **The fingerprint** the children must add up to is over (parent Data.db position,
 //!   hash byte) of each partition instead of its key: the check maps every child entry's
-//!   position back into the parent (`parent_position`) and the boundary check reads the
+//!   position back into the parent (`ParentMap`) and the boundary check reads the
 //!   child's first and last key where its footer says they are.
 
 use super::plan::{Layout, PlannedChild};
@@ -119,22 +119,66 @@ pub fn fill_run_keys(t: &SSTable, children: &mut [PlannedChild]) -> Result<()> {
     Ok(())
 }
 
-/// The parent Data.db position of a child's partition at `child_position`: a zero-copy
-/// child is the parent's bytes from `base` moved to `lead`; a `regrid` child lays its runs
-/// back to back from 0.
-pub fn parent_position(c: &super::plan::ChildPlan, child_position: u64) -> Option<u64> {
-    match (c.layout, c.geometry) {
-        (Layout::Regrid, _) | (_, None) => {
-            let mut at = 0u64;
-            for r in &c.child.runs {
-                if child_position < at + r.bytes() {
-                    return (child_position >= at).then(|| r.first_position + child_position - at);
+/// Where a child's bytes come from in the parent: a zero-copy child is the parent's bytes
+/// from `base` moved to `lead`; a `regrid` child lays its runs back to back from 0.
+struct ParentMap {
+    /// Regrid: (child offset, parent position, bytes) of each run, in child order.
+    runs: Option<Vec<(u64, u64, u64)>>,
+    base: u64,
+    lead: u64,
+    /// Parent positions of the runs' first partitions, sorted.
+    run_starts: Vec<u64>,
+}
+
+impl ParentMap {
+    fn of(c: &super::plan::ChildPlan) -> ParentMap {
+        let mut run_starts: Vec<u64> = c.child.runs.iter().map(|r| r.first_position).collect();
+        run_starts.sort_unstable();
+        match (c.layout, c.geometry) {
+            (Layout::Regrid, _) | (_, None) => {
+                let mut at = 0u64;
+                let runs = c
+                    .child
+                    .runs
+                    .iter()
+                    .map(|r| {
+                        let run = (at, r.first_position, r.bytes());
+                        at += r.bytes();
+                        run
+                    })
+                    .collect();
+                ParentMap {
+                    runs: Some(runs),
+                    base: 0,
+                    lead: 0,
+                    run_starts,
                 }
-                at += r.bytes();
             }
-            None
+            (_, Some(g)) => ParentMap {
+                runs: None,
+                base: g.base,
+                lead: g.lead,
+                run_starts,
+            },
         }
-        (_, Some(g)) => (child_position + g.base).checked_sub(g.lead),
+    }
+
+    /// The parent Data.db position of the child's partition at `child_position`.
+    fn parent_position(&self, child_position: u64) -> Option<u64> {
+        match &self.runs {
+            Some(runs) => {
+                let i = runs
+                    .partition_point(|r| r.0 <= child_position)
+                    .checked_sub(1)?;
+                let (at, parent, bytes) = runs[i];
+                (child_position - at < bytes).then(|| parent + child_position - at)
+            }
+            None => (child_position + self.base).checked_sub(self.lead),
+        }
+    }
+
+    fn starts_run(&self, parent_position: u64) -> bool {
+        self.run_starts.binary_search(&parent_position).is_ok()
     }
 }
 
@@ -166,36 +210,33 @@ pub fn check_child(child: &SSTable, c: &super::plan::ChildPlan) -> Result<CheckR
     let mut r = src.reader(child)?;
     let mut data = child.data_reader()?;
     let mut ordinal = 0u64;
+    let map = ParentMap::of(c);
+    // The last entry, whose key is checked after the walk (one buffer, no allocation a
+    // partition).
+    let mut last: Option<(u64, u8)> = None;
+    let mut last_prefix: Vec<u8> = Vec::new();
     while let Some(e) = r.next_entry()? {
         if ordinal == 0 {
             rep.first_position = Some(e.position);
         }
         rep.last_position = Some(e.position);
-        // The fillers and the first partition went in by their full keys (no parent
-        // prefix stands for a filler): their trie entries are checked against those keys,
-        // read from the child's first chunk or two.
-        if ordinal <= fillers {
-            if let Some(p) = e.prefix {
+        let at = map.parent_position(e.position);
+        // Keys read where a mistake would hide from the fingerprint's arithmetic: the
+        // fillers and the first partition (they went in by their full keys), each run's
+        // first partition (where a regrid child's runs join) and the last; one chunk each.
+        if let Some(p) = e.prefix {
+            if ordinal <= fillers || at.is_some_and(|a| map.starts_run(a)) {
                 let key = key_at(&mut data, e.position)?;
-                let comparable = keys::decorated_key(child.partitioner, &key);
-                if !comparable.is_some_and(|k| k.starts_with(p.comparable))
-                    || keys::hash_byte(&key) != p.hash
-                {
-                    return Err(FormatError::corrupt(
-                        &index_path,
-                        None,
-                        format!(
-                            "partition {ordinal} (trie prefix {:02x?}, hash byte {:02x}) points at Data.db position {}, whose key {key:02x?} does not match",
-                            p.comparable, p.hash, e.position
-                        ),
-                    ));
-                }
+                super::child::trie_key_matches(&index_path, &key, p, e.position)?;
             }
+            last = Some((e.position, p.hash));
+            last_prefix.clear();
+            last_prefix.extend_from_slice(p.comparable);
         }
         if ordinal < fillers {
             rep.empty_partitions += 1;
         } else {
-            let (Some(p), Some(at)) = (e.prefix, parent_position(c, e.position)) else {
+            let (Some(p), Some(at)) = (e.prefix, at) else {
                 return Err(FormatError::corrupt(
                     &index_path,
                     None,
@@ -210,7 +251,63 @@ pub fn check_child(child: &SSTable, c: &super::plan::ChildPlan) -> Result<CheckR
         }
         ordinal += 1;
     }
+    if let Some((position, hash)) = last {
+        let key = key_at(&mut data, position)?;
+        let p = crate::sstable::index::TriePrefix {
+            comparable: &last_prefix,
+            hash,
+        };
+        super::child::trie_key_matches(&index_path, &key, p, position)?;
+    }
     rep.first_key = footer.first_key;
     rep.last_key = footer.last_key;
     Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sstable::bti::keys::murmur3_token_bound;
+    use crate::sstable::index::TriePrefix;
+
+    fn entry(prefix: &[u8]) -> IndexEntryRef<'_> {
+        IndexEntryRef {
+            key: &[],
+            position: 7,
+            promoted_index: &[],
+            index_offset: 7,
+            row_index: None,
+            prefix: Some(TriePrefix {
+                comparable: prefix,
+                hash: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn trie_only_a_short_prefix_orders_like_its_keys_against_every_bound() {
+        let f = std::path::Path::new("p");
+        let m = Partitioner::Murmur3;
+        // 40 80 = tokens 0 ..= 2^56 - 1: the lowest stands for all of them.
+        assert_eq!(
+            token(&entry(&[0x40, 0x80]), m, f).unwrap(),
+            Token::Murmur3(0)
+        );
+        let full = murmur3_token_bound(-5);
+        assert_eq!(token(&entry(&full), m, f).unwrap(), Token::Murmur3(-5));
+        // A prefix with no token byte is refused, not read as token MIN.
+        assert!(token(&entry(&[]), m, f).is_err());
+        // A bound the prefix cannot place makes the scan read the key; the others do not.
+        let mode = key_mode(&Cut::Tokens(vec![Token::Murmur3(5)]));
+        let KeyMode::AtBounds(b) = &mode else {
+            panic!("{mode:?}")
+        };
+        assert_eq!(b, &vec![murmur3_token_bound(5).to_vec()]);
+    }
+
+    #[test]
+    fn trie_only_identity_is_position_and_hash() {
+        assert_eq!(identity(0x0102, 0xAB), [0, 0, 0, 0, 0, 0, 1, 2, 0xAB]);
+        assert_ne!(identity(1, 2), identity(1, 3));
+    }
 }

@@ -71,6 +71,8 @@ impl KeyMode {
     fn must_read(&self, prefix: &[u8]) -> bool {
         match self {
             KeyMode::Every => true,
+            // A one-key trie stores an empty prefix (its root is the leaf): no token in it.
+            KeyMode::AtBounds(_) if prefix.len() < 2 => true,
             KeyMode::AtBounds(bounds) => {
                 // Bounds extending `prefix` follow it directly in their order.
                 let i = bounds.partition_point(|b| b.as_slice() < prefix);
@@ -368,4 +370,22 @@ pub fn key_at(data: &mut DataReader, position: u64) -> Result<Vec<u8>> {
     let n = data.read_at(position, 2)?;
     let len = u16::from_be_bytes([n[0], n[1]]) as usize;
     data.read_at(position + 2, len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bti_scan_trie_only_reads_keys_its_prefix_cannot_place() {
+        let bound = keys::murmur3_token_bound(0).to_vec();
+        let m = KeyMode::AtBounds(vec![bound.clone()]);
+        // A one-key trie's empty prefix holds no token: read, whatever the bounds.
+        assert!(KeyMode::AtBounds(Vec::new()).must_read(&[]));
+        assert!(m.must_read(&bound[..3]));
+        assert!(!m.must_read(&[0x40, 0x00]));
+        assert!(!m.must_read(&[0x40, 0x81]));
+        assert!(!m.must_read(&bound));
+        assert!(KeyMode::Every.must_read(&bound));
+    }
 }
